@@ -1,0 +1,118 @@
+"""GEMM accuracy: predicted vs measured on every GEMM-like row of ../shared/data.
+
+Prints, per source x GPU x dtype x op, the row count and the median and 90th
+percentile absolute percentage error of dlperf's GEMM model, beside a plain
+roofline (max of FLOPs/peak, bytes/bandwidth) as the baseline.
+
+Like is compared with like: DeepBench and the profiler trace measured kernel
+time, so they are compared with predicted kernel time; NeuSight and
+LLMCompass timed one eager call from the host, so their harness floor (the
+time of a call that does almost nothing, estimated per group from its
+smallest problems) is added to both predictions and reported in its own column.
+
+Run: python bench/accuracy.py [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from dlperf.dtypes import accumulator_bytes, bytes_per_element  # noqa: E402
+from dlperf.gemm import predict_many  # noqa: E402
+from dlperf.hardware import gpu  # noqa: E402
+from sources import Group, load_gemm_groups  # noqa: E402
+
+TARGET_MEDIAN_APE = 0.10
+MIN_ROWS_FOR_TARGET = 20
+
+
+def harness_floor_s(kernel_pred: np.ndarray, measured: np.ndarray) -> float:
+    """Per-call floor of an eager timing harness: the median of (measured -
+    predicted kernel time) over the 5% of rows with the least predicted work."""
+    count = max(3, len(measured) // 20)
+    smallest = np.argsort(kernel_pred)[:count]
+    return float(max(0.0, np.median(measured[smallest] - kernel_pred[smallest])))
+
+
+def predict_group(group: Group, spec=None) -> dict:
+    spec = spec or gpu(group.gpu)
+    pred = predict_many(group.m, group.n, group.k, group.b, spec, group.dtype, group.math_dtype)
+    kernel = pred["time_s"]
+    flops = 2.0 * group.b * group.m * group.n * group.k
+    moved = group.b * (
+        (group.m * group.k + group.k * group.n) * bytes_per_element(group.dtype)
+        + group.m * group.n * accumulator_bytes(group.dtype)
+    )
+    peak = spec.peak_flops_per_s(group.math_dtype)
+    roof = np.maximum(flops / peak, moved / spec.memory_bandwidth_bytes_per_s)
+    floor = harness_floor_s(kernel, group.time_s) if group.timing == "eager" else 0.0
+    return {"model": kernel + floor, "roofline": roof + floor, "floor_s": floor}
+
+
+def ape(pred: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    return np.abs(pred - measured) / measured
+
+
+def evaluate(groups: list[Group]) -> list[dict]:
+    rows = []
+    for g in groups:
+        p = predict_group(g)
+        err, base = ape(p["model"], g.time_s), ape(p["roofline"], g.time_s)
+        rows.append({
+            "group": g.key, "rows": len(g), "timing": g.timing, "floor_s": p["floor_s"],
+            "median": float(np.median(err)), "p90": float(np.percentile(err, 90)),
+            "roof_median": float(np.median(base)), "roof_p90": float(np.percentile(base, 90)),
+            "signed_median": float(np.median((p["model"] - g.time_s) / g.time_s)),
+        })  # fmt: skip
+    return rows
+
+
+def verdict(row: dict) -> str:
+    if row["rows"] < MIN_ROWS_FOR_TARGET:
+        return "n<20"
+    ok = row["median"] <= TARGET_MEDIAN_APE and row["median"] < 0.5 * row["roof_median"]
+    return "ok" if ok else "MISS"
+
+
+def table(rows: list[dict], markdown: bool) -> str:
+    head = ["group", "rows", "timing", "floor us", "median", "p90", "bias", "roofline median",
+            "roofline p90", "target"]  # fmt: skip
+    lines = []
+    if markdown:
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "|".join("---" for _ in head) + "|")
+    for r in rows:
+        cells = [
+            r["group"], str(r["rows"]), r["timing"], f"{r['floor_s'] * 1e6:.0f}",
+            f"{r['median']:.1%}", f"{r['p90']:.1%}", f"{r['signed_median']:+.1%}",
+            f"{r['roof_median']:.1%}", f"{r['roof_p90']:.1%}", verdict(r),
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells))
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--markdown", action="store_true", help="print a markdown table")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    groups = load_gemm_groups()
+    rows = evaluate(groups)
+    print(table(rows, args.markdown))
+    graded = [r for r in rows if r["rows"] >= MIN_ROWS_FOR_TARGET]
+    met = sum(verdict(r) == "ok" for r in graded)
+    total = sum(r["rows"] for r in rows)
+    print(f"\n{met}/{len(graded)} groups with >= {MIN_ROWS_FOR_TARGET} rows meet the target; "
+          f"{total} rows in {time.perf_counter() - start:.1f} s")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,308 @@
+"""A device described as data: `HardwareSpec` and the loader that validates it.
+
+Every number in a spec file has its unit in its name. Physical facts (SMs,
+clocks, peaks, bandwidth) come from datasheets and whitepapers; the named
+efficiency constants (how close real kernels get to those facts) come from the
+architecture defaults in `specs/_architectures.toml`, fitted on measured data,
+and a spec file may override them in an `[efficiency]` table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..dtypes import DTYPES, bytes_per_element, check_dtype
+from ..errors import DlperfError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+SPECS_DIR = Path(__file__).parent / "specs"
+ARCHITECTURES_FILE = SPECS_DIR / "_architectures.toml"
+
+
+@dataclass(frozen=True)
+class MathUnit:
+    """The units that run one dtype's multiply-adds."""
+
+    peak_flops_per_s: float
+    macs_per_clock_per_sm: float
+    tensor_cores: bool
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Named constants of the performance model (see docs/hardware-model.md).
+
+    They are not physical facts: each is fitted on the measured data in
+    ../shared/data per architecture family, and transfers to every device of
+    that family.
+    """
+
+    # Fraction of the datasheet bandwidth a large streaming kernel reaches.
+    dram_efficiency: float = 0.85
+    # Fraction of peak a large GEMM main loop reaches, Tensor Core and CUDA core paths.
+    tensor_math_efficiency: float = 0.85
+    simt_math_efficiency: float = 0.85
+    # A tile of tm x tn reuses each loaded element r = tm*tn/(tm+tn) times; its main
+    # loop runs at r / (r + tile_reuse_knee) of the attainable math rate.
+    tile_reuse_knee: float = 8.0
+    # Fixed cost of one thread-block tile (pipeline fill, epilogue), in SM clock cycles.
+    tile_fixed_cycles: float = 2000.0
+    # Shortest kernel: launch and ramp-up on the device, in seconds.
+    kernel_latency_s: float = 4e-6
+    # How many times its even share of DRAM bandwidth one busy SM can draw.
+    sm_bandwidth_share: float = 3.0
+    # Math-rate factor of Tensor Core kernels when a GEMM dimension breaks the
+    # 16-byte alignment (narrow loads), and when it meets 16 but not the best
+    # (128-byte) alignment of Ampere and later.
+    misaligned_tensor_efficiency: float = 0.5
+    unaligned_best_efficiency: float = 0.95
+    # Host-side cost of one eager framework call (dispatch + launch), added to a
+    # kernel's time only where a measurement includes it.
+    eager_call_overhead_s: float = 2e-5
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    id: str
+    name: str
+    architecture: str
+    sm_count: int
+    boost_clock_mhz: float
+    memory_bytes: int
+    memory_bandwidth_bytes_per_s: float
+    l2_cache_bytes: int
+    math: dict[str, MathUnit]
+    efficiency: Efficiency = field(default_factory=Efficiency)
+    kind: str = "gpu"
+    chip: str = ""
+    compute_capability: str = ""
+    tensor_core_clock_mhz: float | None = None
+    tdp_watts: float | None = None
+    nvlink_bandwidth_bytes_per_s: float | None = None
+    pcie_bandwidth_bytes_per_s: float | None = None
+    # Tensor Cores load operands in 16-byte pieces; Ampere and later run best
+    # with 128-byte aligned dimensions (seed 002/003, Table 1).
+    tensor_alignment_bytes: int = 16
+    tensor_best_alignment_bytes: int = 16
+    aliases: tuple[str, ...] = ()
+    device_names: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    path: str = ""
+
+    # -- derived facts -------------------------------------------------
+    def has_dtype(self, dtype: str) -> bool:
+        return check_dtype(dtype) in self.math
+
+    def unit(self, dtype: str) -> MathUnit:
+        dtype = check_dtype(dtype)
+        if dtype not in self.math:
+            have = ", ".join(d for d in DTYPES if d in self.math)
+            raise DlperfError(f"{self.id} has no {dtype} math; it runs: {have}")
+        return self.math[dtype]
+
+    def peak_flops_per_s(self, dtype: str) -> float:
+        return self.unit(dtype).peak_flops_per_s
+
+    def uses_tensor_cores(self, dtype: str) -> bool:
+        return self.unit(dtype).tensor_cores
+
+    def ridge_ops_per_byte(self, dtype: str) -> float:
+        """FLOPs per byte above which a kernel is math-limited (peak / bandwidth)."""
+        return self.peak_flops_per_s(dtype) / self.memory_bandwidth_bytes_per_s
+
+    def alignment_elements(self, dtype: str) -> tuple[int, int]:
+        """(required, best) multiples for GEMM dimensions on Tensor Cores."""
+        size = bytes_per_element(dtype)
+        return (
+            max(1, self.tensor_alignment_bytes // size),
+            max(1, self.tensor_best_alignment_bytes // size),
+        )
+
+    def clock_hz(self, tensor_cores: bool = False) -> float:
+        if tensor_cores and self.tensor_core_clock_mhz:
+            return self.tensor_core_clock_mhz * 1e6
+        return self.boost_clock_mhz * 1e6
+
+    def computed_peak_flops_per_s(self, dtype: str) -> float:
+        """SMs x clock x multiply-adds per clock per SM x 2."""
+        unit = self.unit(dtype)
+        return self.sm_count * self.clock_hz(unit.tensor_cores) * unit.macs_per_clock_per_sm * 2
+
+    def summary(self) -> dict:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "architecture": self.architecture,
+            "sm_count": self.sm_count,
+            "boost_clock_mhz": self.boost_clock_mhz,
+            "memory_bytes": self.memory_bytes,
+            "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
+            "l2_cache_bytes": self.l2_cache_bytes,
+            "peak_flops_per_s": {d: u.peak_flops_per_s for d, u in self.math.items()},
+            "tensor_cores": {d: u.tensor_cores for d, u in self.math.items()},
+            "aliases": list(self.aliases),
+        }
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["aliases"] = list(self.aliases)
+        out["device_names"] = list(self.device_names)
+        out["sources"] = list(self.sources)
+        return out
+
+
+# -- loading and validation ----------------------------------------------
+
+_REQUIRED = {
+    "id": str,
+    "name": str,
+    "architecture": str,
+    "sm_count": int,
+    "boost_clock_mhz": float,
+    "memory_bytes": int,
+    "memory_bandwidth_bytes_per_s": float,
+    "l2_cache_bytes": int,
+}
+_OPTIONAL = {
+    "kind": str,
+    "chip": str,
+    "compute_capability": str,
+    "tensor_core_clock_mhz": float,
+    "tdp_watts": float,
+    "nvlink_bandwidth_bytes_per_s": float,
+    "pcie_bandwidth_bytes_per_s": float,
+    "tensor_alignment_bytes": int,
+    "tensor_best_alignment_bytes": int,
+}
+_LISTS = ("aliases", "device_names", "sources")
+
+
+def _bad(where: str, key: str, why: str) -> DlperfError:
+    return DlperfError(f"{where}: field '{key}' {why}")
+
+
+def _number(where: str, key: str, value, kind: type):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _bad(where, key, f"must be a number (got {value!r})")
+    if kind is int:
+        if float(value) != int(value):
+            raise _bad(where, key, f"must be a whole number (got {value!r})")
+        value = int(value)
+    if not math.isfinite(value) or value <= 0:
+        raise _bad(where, key, f"must be positive (got {value!r})")
+    return kind(value)
+
+
+def _architecture_defaults() -> dict:
+    with open(ARCHITECTURES_FILE, "rb") as f:
+        return tomllib.load(f)
+
+
+def spec_from_dict(raw: dict, where: str = "spec", arch_defaults: dict | None = None):
+    """Validate a parsed spec document and build a `HardwareSpec`."""
+    if not isinstance(raw, dict):
+        raise DlperfError(f"{where}: expected a table of fields at the top level")
+    if arch_defaults is None:
+        arch_defaults = _architecture_defaults()
+    values: dict = {}
+    for key, kind in _REQUIRED.items():
+        if key not in raw:
+            raise _bad(where, key, "is missing")
+        if kind is str:
+            if not isinstance(raw[key], str) or not raw[key]:
+                raise _bad(where, key, f"must be a non-empty string (got {raw[key]!r})")
+            values[key] = raw[key]
+        else:
+            values[key] = _number(where, key, raw[key], kind)
+    for key, kind in _OPTIONAL.items():
+        if key in raw:
+            if kind is str:
+                values[key] = str(raw[key])
+            else:
+                values[key] = _number(where, key, raw[key], kind)
+    for key in _LISTS:
+        items = raw.get(key, [])
+        if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+            raise _bad(where, key, "must be a list of strings")
+        values[key] = tuple(items)
+
+    math_raw = raw.get("math")
+    if not isinstance(math_raw, dict) or not math_raw:
+        raise _bad(where, "math", "must be a table with at least one dtype (e.g. [math.fp32])")
+    units = {}
+    for dtype, unit in math_raw.items():
+        if dtype not in DTYPES:
+            raise _bad(where, f"math.{dtype}", f"is not a dtype; use one of {', '.join(DTYPES)}")
+        if not isinstance(unit, dict):
+            raise _bad(where, f"math.{dtype}", "must be a table")
+        tc = unit.get("tensor_cores", False)
+        if not isinstance(tc, bool):
+            raise _bad(where, f"math.{dtype}.tensor_cores", "must be true or false")
+        units[dtype] = MathUnit(
+            peak_flops_per_s=_number(
+                where, f"math.{dtype}.peak_flops_per_s", unit.get("peak_flops_per_s"), float
+            ),
+            macs_per_clock_per_sm=_number(
+                where,
+                f"math.{dtype}.macs_per_clock_per_sm",
+                unit.get("macs_per_clock_per_sm"),
+                float,
+            ),
+            tensor_cores=tc,
+        )
+    values["math"] = units
+
+    arch = values["architecture"].lower()
+    values["architecture"] = arch
+    family = arch_defaults.get(arch, {})
+    if arch not in arch_defaults and "efficiency" not in raw:
+        known = ", ".join(sorted(k for k in arch_defaults if k != "default"))
+        raise _bad(where, "architecture", f"{arch!r} is unknown; use one of {known}")
+    base = dict(arch_defaults.get("default", {}))
+    base.update({k: v for k, v in family.items() if k in Efficiency.field_names()})
+    for key in ("tensor_alignment_bytes", "tensor_best_alignment_bytes"):
+        if key in family and key not in values:
+            values[key] = int(family[key])
+    override = raw.get("efficiency", {})
+    if not isinstance(override, dict):
+        raise _bad(where, "efficiency", "must be a table")
+    for key, value in override.items():
+        if key not in Efficiency.field_names():
+            raise _bad(where, f"efficiency.{key}", "is not a known constant")
+        base[key] = value
+    eff = {}
+    for key, value in base.items():
+        eff[key] = _number(where, f"efficiency.{key}", value, float)
+    values["efficiency"] = Efficiency(**eff)
+    values["path"] = where
+    return HardwareSpec(**values)
+
+
+def load_spec_file(path: str | Path) -> HardwareSpec:
+    """Read a TOML or JSON spec file. Parsing data never runs code."""
+    path = Path(path)
+    if not path.is_file():
+        raise DlperfError(f"spec file {path} does not exist")
+    try:
+        if path.suffix.lower() == ".json":
+            raw = json.loads(path.read_text())
+        else:
+            with open(path, "rb") as f:
+                raw = tomllib.load(f)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise DlperfError(f"spec file {path} is not valid TOML/JSON: {first}") from None
+    return spec_from_dict(raw, where=str(path))

@@ -1,0 +1,1 @@
+"""Renderers: they take result data and show it; they compute nothing."""

@@ -1,0 +1,54 @@
+"""The roofline: pure functions of FLOPs, bytes and a device.
+
+Conventions, held everywhere in dlperf: one multiply-add is two FLOPs; bytes
+are those a kernel must move to and from device memory; times are seconds.
+"""
+
+from __future__ import annotations
+
+BOUNDS = ("math", "memory", "latency")
+
+
+def arithmetic_intensity(flops: float, bytes_moved: float) -> float:
+    """FLOPs per byte moved."""
+    if bytes_moved <= 0:
+        return float("inf") if flops > 0 else 0.0
+    return flops / bytes_moved
+
+
+def ridge_point(peak_flops_per_s: float, bandwidth_bytes_per_s: float) -> float:
+    """The ops:byte ratio of a device: intensity where math and memory time are equal."""
+    return peak_flops_per_s / bandwidth_bytes_per_s
+
+
+def attainable_flops_per_s(intensity: float, peak_flops_per_s: float, bandwidth: float) -> float:
+    return min(peak_flops_per_s, intensity * bandwidth)
+
+
+def roofline_time_s(flops: float, bytes_moved: float, peak_flops_per_s: float, bandwidth: float):
+    """The plain roofline: the larger of math time at peak and memory time at full bandwidth."""
+    return max(flops / peak_flops_per_s, bytes_moved / bandwidth)
+
+
+def limiter(math_time_s: float, memory_time_s: float, latency_time_s: float) -> str:
+    """Which term sets a kernel's time: 'math', 'memory' or 'latency'.
+
+    Latency wins when the fixed cost of running a kernel is larger than both the
+    math and the memory work (too little work to fill the GPU).
+    """
+    if latency_time_s >= max(math_time_s, memory_time_s):
+        return "latency"
+    return "math" if math_time_s >= memory_time_s else "memory"
+
+
+def streaming_time_s(bytes_moved: float, spec, active_fraction: float = 1.0) -> float:
+    """Time to move `bytes_moved` through device memory, launch latency included.
+
+    Small transfers sit on the kernel-latency plateau (seed 000, figures 1-3);
+    kernels that keep only part of the SMs busy draw only part of the
+    bandwidth (each SM can pull `sm_bandwidth_share` times its even share).
+    """
+    eff = spec.efficiency
+    share = min(1.0, active_fraction * eff.sm_bandwidth_share)
+    bandwidth = spec.memory_bandwidth_bytes_per_s * eff.dram_efficiency * share
+    return eff.kernel_latency_s + bytes_moved / bandwidth
