@@ -109,6 +109,21 @@ def _alignment_factor(m, n, k, spec: HardwareSpec, dtype: str):
                     np.where(not_best, eff.unaligned_best_efficiency, 1.0))  # fmt: skip
 
 
+def _dram_traffic(m, n, k, batch, in_bytes, out_bytes, tm, tn, spec):
+    """Bytes a tiled GEMM moves through DRAM.
+
+    Each output tile reads a row panel of A and a column panel of B. The L2
+    cache serves the re-reads of a block of output about `width` wide, where
+    one A panel and one B panel of that width fit in L2 together; outside
+    that block the panels come from DRAM again. Small problems reduce to each
+    operand read once.
+    """
+    width = np.maximum(spec.l2_cache_bytes / (2.0 * k * in_bytes), max(tm, tn))
+    a_reads = np.maximum(1.0, np.ceil(n / width))
+    b_reads = np.maximum(1.0, np.ceil(m / width))
+    return batch * (in_bytes * k * (m * a_reads + n * b_reads) + out_bytes * m * n)
+
+
 def predict_many(m, n, k, batch, spec: HardwareSpec, dtype: str, math_dtype: str | None = None):
     """Price many GEMMs at once (numpy arrays of sizes); the best candidate per row.
 
@@ -124,7 +139,8 @@ def predict_many(m, n, k, batch, spec: HardwareSpec, dtype: str, math_dtype: str
     in_bytes = bytes_per_element(dtype)
     out_bytes = accumulator_bytes(dtype)
     base = eff.tensor_math_efficiency if unit.tensor_cores else eff.simt_math_efficiency
-    rate = unit.peak_flops_per_s * base
+    clock_fraction = spec.sustained_clock_fraction(unit.tensor_cores)
+    rate = unit.peak_flops_per_s * base * clock_fraction
     if unit.tensor_cores:
         rate = rate * _alignment_factor(m, n, k, spec, math_dtype)
     rate = np.broadcast_to(rate, m.shape).astype(float)
@@ -145,29 +161,35 @@ def predict_many(m, n, k, batch, spec: HardwareSpec, dtype: str, math_dtype: str
         }  # fmt: skip
 
     sms = spec.sm_count
-    fixed = eff.tile_fixed_cycles / spec.clock_hz(unit.tensor_cores)
+    fixed = eff.tile_fixed_cycles / (spec.clock_hz(unit.tensor_cores) * clock_fraction)
     best = None
+    batched = batch > 1
     for index, (tm, tn) in enumerate(TILES):
+        small = tm * tn < eff.batched_min_tile_area
         tiles_m, tiles_n = _ceil_div(m, tm), _ceil_div(n, tn)
         output_tiles = tiles_m * tiles_n * batch
         per_sm = max(1, min(MAX_TILES_PER_SM, SM_TILE_AREA // (tm * tn)))
         reuse = tm * tn / (tm + tn)
         sm_rate = rate / sms * (reuse / (reuse + eff.tile_reuse_knee))
         tile_eff = (m * n) / (tiles_m * tm * tiles_n * tn)
+        dram_traffic = _dram_traffic(m, n, k, batch, in_bytes, out_bytes, tm, tn, spec)
         for split in SPLIT_K_FACTORS:
             k_split = _ceil_div(k, split)
             tiles = output_tiles * split
             waves = _ceil_div(tiles, sms * per_sm)
             math_t = _ceil_div(tiles, sms) * (2.0 * tm * tn * k_split / sm_rate) + waves * fixed
-            moved = unique
+            moved = dram_traffic
             latency = np.full(m.shape, eff.kernel_latency_s)
             if split > 1:
                 # fp32 partial sums written by the GEMM, read back by a reduction kernel.
-                moved = unique + 2.0 * batch * m * n * split * PARTIAL_SUM_BYTES
+                moved = dram_traffic + 2.0 * batch * m * n * split * PARTIAL_SUM_BYTES
                 latency = latency + eff.kernel_latency_s
             busy = np.minimum(1.0, tiles / sms)
             mem_t = moved / (bandwidth * np.minimum(1.0, busy * eff.sm_bandwidth_share))
             time = latency + np.maximum(math_t, mem_t)
+            if small:
+                # Batched GEMM heuristics do not offer the smallest tiles.
+                time = np.where(batched, np.inf, time)
             if split > 1:
                 # Split K only when the output alone cannot fill the SMs.
                 allowed = (output_tiles < sms) & (k_split >= MIN_K_PER_SPLIT)

@@ -65,6 +65,15 @@ class Efficiency:
     # (128-byte) alignment of Ampere and later.
     misaligned_tensor_efficiency: float = 0.5
     unaligned_best_efficiency: float = 0.95
+    # Power limits, in watts per GHz of clock under a full GEMM load: per CUDA
+    # core for kernels on CUDA cores, per SM for Tensor Core kernels. A card whose
+    # TDP is below that demand holds a lower sustained clock (the 70-75 W T4 and
+    # P4, say). 0 disables the limit.
+    simt_watts_per_core_ghz: float = 0.0
+    tensor_watts_per_sm_ghz: float = 0.0
+    # Batched GEMM libraries choose among fewer tiles: none smaller than this
+    # many output elements (a library heuristic, fitted like the rest).
+    batched_min_tile_area: float = 0.0
     # Host-side cost of one eager framework call (dispatch + launch), added to a
     # kernel's time only where a measurement includes it.
     eager_call_overhead_s: float = 2e-5
@@ -136,6 +145,23 @@ class HardwareSpec:
             return self.tensor_core_clock_mhz * 1e6
         return self.boost_clock_mhz * 1e6
 
+    def sustained_clock_fraction(self, tensor_cores: bool = False) -> float:
+        """Fraction of the boost clock the SMs hold under a full math load.
+
+        A power limit: a card whose TDP cannot feed its busy units at boost
+        clock slows down in proportion (1.0 when no TDP or constant is known).
+        """
+        eff = self.efficiency
+        ghz = self.boost_clock_mhz / 1e3
+        if tensor_cores:
+            demand = eff.tensor_watts_per_sm_ghz * self.sm_count * ghz
+        else:
+            cores = self.math["fp32"].macs_per_clock_per_sm if "fp32" in self.math else 0
+            demand = eff.simt_watts_per_core_ghz * cores * self.sm_count * ghz
+        if not self.tdp_watts or demand <= 0:
+            return 1.0
+        return min(1.0, self.tdp_watts / demand)
+
     def computed_peak_flops_per_s(self, dtype: str) -> float:
         """SMs x clock x multiply-adds per clock per SM x 2."""
         unit = self.unit(dtype)
@@ -194,15 +220,16 @@ def _bad(where: str, key: str, why: str) -> DlperfError:
     return DlperfError(f"{where}: field '{key}' {why}")
 
 
-def _number(where: str, key: str, value, kind: type):
+def _number(where: str, key: str, value, kind: type, allow_zero: bool = False):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _bad(where, key, f"must be a number (got {value!r})")
     if kind is int:
         if float(value) != int(value):
             raise _bad(where, key, f"must be a whole number (got {value!r})")
         value = int(value)
-    if not math.isfinite(value) or value <= 0:
-        raise _bad(where, key, f"must be positive (got {value!r})")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        need = "zero or positive" if allow_zero else "positive"
+        raise _bad(where, key, f"must be {need} (got {value!r})")
     return kind(value)
 
 
@@ -285,7 +312,7 @@ def spec_from_dict(raw: dict, where: str = "spec", arch_defaults: dict | None = 
         base[key] = value
     eff = {}
     for key, value in base.items():
-        eff[key] = _number(where, f"efficiency.{key}", value, float)
+        eff[key] = _number(where, f"efficiency.{key}", value, float, allow_zero=True)
     values["efficiency"] = Efficiency(**eff)
     values["path"] = where
     return HardwareSpec(**values)

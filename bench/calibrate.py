@@ -1,0 +1,166 @@
+"""Fit the GEMM model's named efficiency constants per architecture family.
+
+Only the measured data in ../shared/data is used (see bench/sources.py). For
+each family with measurements, the constants are chosen to minimise the mean,
+over that family's groups (source x GPU x dtype x op), of the median absolute
+percentage error; every group weighs the same whatever its row count. Devices
+without measurements (Ada, Hopper, Blackwell) take the constants of the
+nearest measured family, stated in `_architectures.toml`.
+
+Run: python bench/calibrate.py [--write]   (about a minute on two cores)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import minimize
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from accuracy import ape, predict_group  # noqa: E402
+from dlperf.hardware import gpu  # noqa: E402
+from dlperf.hardware.spec import ARCHITECTURES_FILE, _architecture_defaults  # noqa: E402
+from sources import Group, load_gemm_groups  # noqa: E402
+
+ROWS_PER_GROUP = 2500
+# Constants every family fits, with the bounds that keep them physical.
+BOUNDS = {
+    "dram_efficiency": (0.4, 1.0),
+    "simt_math_efficiency": (0.3, 1.1),
+    "tensor_math_efficiency": (0.3, 1.0),
+    "tile_reuse_knee": (0.5, 64.0),
+    "tile_fixed_cycles": (50.0, 20000.0),
+    "kernel_latency_s": (1e-6, 2e-5),
+    "sm_bandwidth_share": (1.0, 16.0),
+    "misaligned_tensor_efficiency": (0.1, 1.0),
+    "simt_watts_per_core_ghz": (0.002, 0.2),
+    "batched_min_tile_area": (256.0, 32768.0),
+    "tensor_watts_per_sm_ghz": (0.1, 10.0),
+}
+# Power constants start where a limit would bite only on low-TDP cards.
+POWER_START = {"simt_watts_per_core_ghz": 0.02, "tensor_watts_per_sm_ghz": 1.0}
+# Ada, Hopper and Blackwell have no measurements here: they inherit Ampere's
+# constants (the nearest Tensor Core generation that has data).
+INHERIT = {"ada": "ampere", "hopper": "ampere", "blackwell": "ampere"}
+
+
+def _subsample(group: Group, rng) -> Group:
+    if len(group) <= ROWS_PER_GROUP:
+        return group
+    pick = np.sort(rng.choice(len(group), ROWS_PER_GROUP, replace=False))
+    fields = {f.name: getattr(group, f.name) for f in dataclasses.fields(group)}
+    for name in ("b", "m", "n", "k", "time_s"):
+        fields[name] = fields[name][pick]
+    return Group(**fields)
+
+
+def _free_names(groups: list[Group]) -> list[str]:
+    tensor = any(gpu(g.gpu).uses_tensor_cores(g.math_dtype) for g in groups)
+    simt = any(not gpu(g.gpu).uses_tensor_cores(g.math_dtype) for g in groups)
+    names = ["dram_efficiency", "tile_reuse_knee", "tile_fixed_cycles", "kernel_latency_s",
+             "sm_bandwidth_share"]  # fmt: skip
+    if any((g.b > 1).any() for g in groups):
+        names.append("batched_min_tile_area")
+    if simt:
+        names += ["simt_math_efficiency", "simt_watts_per_core_ghz"]
+    if tensor:
+        names += ["tensor_math_efficiency", "misaligned_tensor_efficiency",
+                  "tensor_watts_per_sm_ghz"]  # fmt: skip
+    return names
+
+
+def _objective(x, names, groups, specs):
+    values = {n: float(np.clip(np.exp(v), *BOUNDS[n])) for n, v in zip(names, x, strict=True)}
+    medians = []
+    for g in groups:
+        base = specs[g.gpu]
+        spec = dataclasses.replace(base, efficiency=dataclasses.replace(base.efficiency, **values))
+        pred = predict_group(g, spec)["model"]
+        medians.append(np.median(ape(pred, g.time_s)))
+    return float(np.mean(medians))
+
+
+def fit_family(family: str, groups: list[Group], start: dict) -> tuple[dict, float, float]:
+    rng = np.random.default_rng(0)
+    groups = [_subsample(g, rng) for g in groups]
+    specs = {g.gpu: gpu(g.gpu) for g in groups}
+    names = _free_names(groups)
+    x0 = np.log([start[n] if start[n] > 0 else POWER_START[n] for n in names])
+    # Steps of ~35% in every constant, so Nelder-Mead explores beyond the start.
+    simplex = np.vstack([x0] + [x0 + 0.3 * np.eye(len(names))[i] for i in range(len(names))])
+    before = _objective(x0, names, groups, specs)
+    best = minimize(_objective, x0, args=(names, groups, specs), method="Nelder-Mead",
+                    options={"maxiter": 800, "xatol": 1e-3, "fatol": 1e-4,
+                             "initial_simplex": simplex})  # fmt: skip
+    values = {n: float(np.clip(np.exp(v), *BOUNDS[n])) for n, v in zip(names, best.x, strict=True)}
+    return values, before, best.fun
+
+
+def _fit_job(job):
+    return fit_family(*job)
+
+
+def render(defaults: dict, fitted: dict[str, dict], notes: dict[str, str]) -> str:
+    head = ARCHITECTURES_FILE.read_text().split("[default]")[0]
+    out = [head.rstrip() + "\n"]
+    out.append("[default]")
+    for key, value in defaults["default"].items():
+        out.append(f"{key} = {value!r}")
+    for family in ("maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell",
+                   "cpu"):  # fmt: skip
+        out.append("")
+        if family in notes:
+            out.append(f"# {notes[family]}")
+        out.append(f"[{family}]")
+        table = dict(defaults.get(family, {}))
+        table.update(fitted.get(INHERIT.get(family, family), {}))
+        if family == "cpu":
+            table = defaults.get("cpu", {})
+        for key, value in table.items():
+            out.append(f"{key} = {float(value):.4g}" if isinstance(value, float) else
+                       f"{key} = {value!r}")  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"rewrite {ARCHITECTURES_FILE.name}")
+    args = parser.parse_args()
+    defaults = _architecture_defaults()
+    groups = load_gemm_groups()
+    by_family: dict[str, list[Group]] = {}
+    for g in groups:
+        by_family.setdefault(gpu(g.gpu).architecture, []).append(g)
+    fitted, notes = {}, {}
+    jobs = []
+    for family, members in sorted(by_family.items()):
+        start = dict(defaults["default"])
+        start.update({k: v for k, v in defaults.get(family, {}).items() if k in BOUNDS})
+        jobs.append((family, members, start))
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(_fit_job, jobs))
+    for (family, members, _), (values, before, after) in zip(jobs, results, strict=True):
+        fitted[family] = values
+        devices = sorted({g.gpu for g in members})
+        notes[family] = (f"fitted on {len(members)} groups ({', '.join(devices)}): "
+                         f"mean group median error {before:.1%} -> {after:.1%}")  # fmt: skip
+        print(f"{family}: {notes[family]}")
+        for key, value in values.items():
+            print(f"  {key} = {value:.4g}")
+    for family, parent in INHERIT.items():
+        notes[family] = f"no measurements: inherits the {parent} constants"
+    text = render(defaults, fitted, notes)
+    if args.write:
+        ARCHITECTURES_FILE.write_text(text)
+        print(f"wrote {ARCHITECTURES_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
