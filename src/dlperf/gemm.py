@@ -124,12 +124,23 @@ def _dram_traffic(m, n, k, batch, in_bytes, out_bytes, tm, tn, spec):
     return batch * (in_bytes * k * (m * a_reads + n * b_reads) + out_bytes * m * n)
 
 
-def predict_many(m, n, k, batch, spec: HardwareSpec, dtype: str, math_dtype: str | None = None):
+def predict_many(
+    m,
+    n,
+    k,
+    batch,
+    spec: HardwareSpec,
+    dtype: str,
+    math_dtype: str | None = None,
+    tile_shapes: tuple[tuple[int, int], ...] = TILES,
+    split_factors: tuple[int, ...] = SPLIT_K_FACTORS,
+):
     """Price many GEMMs at once (numpy arrays of sizes); the best candidate per row.
 
     Returns a dict of arrays: time_s, math_time_s, memory_time_s, latency_s,
-    tile_index (into TILES), split_k, tiles, waves, tile_efficiency,
-    wave_efficiency. `gemm()` is this with one row.
+    tile_m, tile_n (-1 on a CPU), split_k, tiles, waves, tile_efficiency,
+    wave_efficiency. `gemm()` is this with one row. Narrow `tile_shapes` or
+    `split_factors` to price one kernel choice (sweeps and tests do).
     """
     m, n, k, batch = (np.asarray(x, dtype=np.int64) for x in (m, n, k, batch))
     dtype = check_dtype(dtype)
@@ -156,7 +167,7 @@ def predict_many(m, n, k, batch, spec: HardwareSpec, dtype: str, math_dtype: str
             "time_s": eff.kernel_latency_s + np.maximum(math_t, mem_t),
             "math_time_s": math_t, "memory_time_s": mem_t,
             "latency_s": np.full(m.shape, eff.kernel_latency_s),
-            "tile_index": -ones, "split_k": ones, "tiles": ones, "waves": ones,
+            "tile_m": -ones, "tile_n": -ones, "split_k": ones, "tiles": ones, "waves": ones,
             "tile_efficiency": ones.astype(float), "wave_efficiency": ones.astype(float),
         }  # fmt: skip
 
@@ -164,7 +175,7 @@ def predict_many(m, n, k, batch, spec: HardwareSpec, dtype: str, math_dtype: str
     fixed = eff.tile_fixed_cycles / (spec.clock_hz(unit.tensor_cores) * clock_fraction)
     best = None
     batched = batch > 1
-    for index, (tm, tn) in enumerate(TILES):
+    for tm, tn in tile_shapes:
         small = tm * tn < eff.batched_min_tile_area
         tiles_m, tiles_n = _ceil_div(m, tm), _ceil_div(n, tn)
         output_tiles = tiles_m * tiles_n * batch
@@ -173,7 +184,7 @@ def predict_many(m, n, k, batch, spec: HardwareSpec, dtype: str, math_dtype: str
         sm_rate = rate / sms * (reuse / (reuse + eff.tile_reuse_knee))
         tile_eff = (m * n) / (tiles_m * tm * tiles_n * tn)
         dram_traffic = _dram_traffic(m, n, k, batch, in_bytes, out_bytes, tm, tn, spec)
-        for split in SPLIT_K_FACTORS:
+        for split in split_factors:
             k_split = _ceil_div(k, split)
             tiles = output_tiles * split
             waves = _ceil_div(tiles, sms * per_sm)
@@ -187,7 +198,7 @@ def predict_many(m, n, k, batch, spec: HardwareSpec, dtype: str, math_dtype: str
             busy = np.minimum(1.0, tiles / sms)
             mem_t = moved / (bandwidth * np.minimum(1.0, busy * eff.sm_bandwidth_share))
             time = latency + np.maximum(math_t, mem_t)
-            if small:
+            if small and len(tile_shapes) > 1:
                 # Batched GEMM heuristics do not offer the smallest tiles.
                 time = np.where(batched, np.inf, time)
             if split > 1:
@@ -196,7 +207,8 @@ def predict_many(m, n, k, batch, spec: HardwareSpec, dtype: str, math_dtype: str
                 time = np.where(allowed, time, np.inf)
             cand = {
                 "time_s": time, "math_time_s": math_t, "memory_time_s": mem_t,
-                "latency_s": latency, "tile_index": np.full(m.shape, index),
+                "latency_s": latency,
+                "tile_m": np.full(m.shape, tm), "tile_n": np.full(m.shape, tn),
                 "split_k": np.full(m.shape, split), "tiles": tiles, "waves": waves,
                 "tile_efficiency": tile_eff, "wave_efficiency": tiles / (waves * sms * per_sm),
             }  # fmt: skip
@@ -247,7 +259,7 @@ def gemm(
     peak = unit.peak_flops_per_s
     ridge = peak / spec.memory_bandwidth_bytes_per_s
     time_s = row["time_s"]
-    tile = TILES[row["tile_index"]] if row["tile_index"] >= 0 else None
+    tile = (row["tile_m"], row["tile_n"]) if row["tile_m"] > 0 else None
     result = GemmResult(
         m=m,
         n=n,
@@ -315,10 +327,15 @@ def _notes(r: GemmResult, spec: HardwareSpec, math_dtype: str) -> list[str]:
             f"tile quantization: {r.tile} tiles cover {r.m}x{r.n} with "
             f"{(1 - r.tile_efficiency) * 100:.0f}% padding work"
         )
-    if r.wave_efficiency < 0.75 and r.tiles >= spec.sm_count / 4:
+    if r.waves > 1 and r.wave_efficiency < 0.75:
         notes.append(
-            f"wave quantization: {r.tiles} tiles in {r.waves} wave(s) keep "
-            f"{r.wave_efficiency * 100:.0f}% of the SM slots busy"
+            f"wave quantization: {r.tiles} tiles in {r.waves} waves keep "
+            f"{r.wave_efficiency * 100:.0f}% of the SM slots busy (the last wave is partial)"
+        )
+    elif r.waves == 1 and r.wave_efficiency < 0.5:
+        notes.append(
+            f"only {r.tiles} tiles of {r.tile}: one partial wave leaves "
+            f"{(1 - r.wave_efficiency) * 100:.0f}% of the SM slots idle"
         )
     if r.split_k > 1:
         notes.append(f"split-K by {r.split_k}: too few output tiles to fill {spec.sm_count} SMs")

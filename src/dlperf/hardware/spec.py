@@ -255,7 +255,7 @@ def spec_from_dict(raw: dict, where: str = "spec", arch_defaults: dict | None = 
         else:
             values[key] = _number(where, key, raw[key], kind)
     for key, kind in _OPTIONAL.items():
-        if key in raw:
+        if raw.get(key) is not None:  # JSON null means absent
             if kind is str:
                 values[key] = str(raw[key])
             else:

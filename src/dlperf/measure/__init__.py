@@ -1,0 +1,1 @@
+"""Measurement on the device at hand: timing harness and peak probes."""
