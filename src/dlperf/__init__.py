@@ -5,11 +5,24 @@ The public API (names are a contract, see docs/design.md):
 - `gpu(name_or_path)` / `gpus()`: hardware specs from the bundled catalogue,
   a user's TOML/JSON spec file, or "cpu" for the probed local machine.
 - `gemm(m, n, k, dtype=..., gpu=..., batch=1)`: the GEMM performance model.
+- `analyze(model, inputs, gpu=..., precision=..., training=True)`: every op
+  of a training or inference step, traced on fake tensors and timed.
 """
 
+from .analysis import Analysis
+from .api import analyze
 from .errors import DlperfError
 from .gemm import GemmResult, gemm
 from .hardware import HardwareSpec, gpu, gpus
 
-__all__ = ["DlperfError", "GemmResult", "HardwareSpec", "gemm", "gpu", "gpus"]
+__all__ = [
+    "Analysis",
+    "DlperfError",
+    "GemmResult",
+    "HardwareSpec",
+    "analyze",
+    "gemm",
+    "gpu",
+    "gpus",
+]
 __version__ = "0.1.0"

@@ -109,19 +109,23 @@ def _alignment_factor(m, n, k, spec: HardwareSpec, dtype: str):
                     np.where(not_best, eff.unaligned_best_efficiency, 1.0))  # fmt: skip
 
 
-def _dram_traffic(m, n, k, batch, in_bytes, out_bytes, tm, tn, spec):
+def _dram_traffic(m, n, k, batch, in_bytes, out_bytes, tm, tn, per_sm, spec):
     """Bytes a tiled GEMM moves through DRAM.
 
-    Each output tile reads a row panel of A and a column panel of B. The L2
-    cache serves the re-reads of a block of output about `width` wide, where
-    one A panel and one B panel of that width fit in L2 together; outside
-    that block the panels come from DRAM again. Small problems reduce to each
-    operand read once.
+    The tiles of one wave run through K roughly together, so each K-slice of
+    an A row panel or a B column panel is fetched into L2 once per wave and
+    shared by the wave's tiles. A wave covers a block of the output about
+    `side` = sqrt(SMs x tiles per SM x tm x tn) on a side, so A is read once
+    per block column and B once per block row. An operand that fits in half
+    the L2 is read once whatever the shape.
     """
-    width = np.maximum(spec.l2_cache_bytes / (2.0 * k * in_bytes), max(tm, tn))
-    a_reads = np.maximum(1.0, np.ceil(n / width))
-    b_reads = np.maximum(1.0, np.ceil(m / width))
-    return batch * (in_bytes * k * (m * a_reads + n * b_reads) + out_bytes * m * n)
+    side = np.sqrt(spec.sm_count * per_sm * tm * tn)
+    a_bytes = in_bytes * m * k
+    b_bytes = in_bytes * k * n
+    half_l2 = spec.l2_cache_bytes / 2
+    a_reads = np.where(a_bytes <= half_l2, 1.0, np.maximum(1.0, np.ceil(n / np.maximum(side, tn))))
+    b_reads = np.where(b_bytes <= half_l2, 1.0, np.maximum(1.0, np.ceil(m / np.maximum(side, tm))))
+    return batch * (a_bytes * a_reads + b_bytes * b_reads + out_bytes * m * n)
 
 
 def predict_many(
@@ -183,7 +187,7 @@ def predict_many(
         reuse = tm * tn / (tm + tn)
         sm_rate = rate / sms * (reuse / (reuse + eff.tile_reuse_knee))
         tile_eff = (m * n) / (tiles_m * tm * tiles_n * tn)
-        dram_traffic = _dram_traffic(m, n, k, batch, in_bytes, out_bytes, tm, tn, spec)
+        dram_traffic = _dram_traffic(m, n, k, batch, in_bytes, out_bytes, tm, tn, per_sm, spec)
         for split in split_factors:
             k_split = _ceil_div(k, split)
             tiles = output_tiles * split

@@ -41,14 +41,21 @@ def limiter(math_time_s: float, memory_time_s: float, latency_time_s: float) -> 
     return "math" if math_time_s >= memory_time_s else "memory"
 
 
-def streaming_time_s(bytes_moved: float, spec, active_fraction: float = 1.0) -> float:
-    """Time to move `bytes_moved` through device memory, launch latency included.
+def streaming_time_s(bytes_moved: float, spec, flops: float = 0.0, dtype: str = "fp32") -> float:
+    """Time of a memory-bound kernel (element-wise, reduction, normalization, copy).
 
-    Small transfers sit on the kernel-latency plateau (seed 000, figures 1-3);
-    kernels that keep only part of the SMs busy draw only part of the
-    bandwidth (each SM can pull `sm_bandwidth_share` times its even share).
+    A kernel pays its launch latency, then moves its bytes at the attainable
+    bandwidth; a tensor too small to keep every SM's share of bytes in flight
+    draws proportionally less (the small-tensor plateau of seed 000, figures
+    1-3). Its arithmetic runs on CUDA cores and rarely matters.
     """
     eff = spec.efficiency
-    share = min(1.0, active_fraction * eff.sm_bandwidth_share)
-    bandwidth = spec.memory_bandwidth_bytes_per_s * eff.dram_efficiency * share
-    return eff.kernel_latency_s + bytes_moved / bandwidth
+    in_flight = spec.sm_count * eff.saturation_bytes_per_sm
+    share = min(1.0, max(bytes_moved, 1.0) / in_flight * eff.sm_bandwidth_share)
+    bandwidth = spec.memory_bandwidth_bytes_per_s * eff.dram_efficiency * min(1.0, share)
+    math_rate = spec.peak_flops_per_s(dtype if spec.has_dtype(dtype) else _any_dtype(spec))
+    return eff.kernel_latency_s + max(bytes_moved / bandwidth, flops / math_rate)
+
+
+def _any_dtype(spec) -> str:
+    return "fp32" if spec.has_dtype("fp32") else next(iter(spec.math))

@@ -71,6 +71,9 @@ class Efficiency:
     # P4, say). 0 disables the limit.
     simt_watts_per_core_ghz: float = 0.0
     tensor_watts_per_sm_ghz: float = 0.0
+    # Bytes an SM must have in flight for a memory-bound kernel to draw its share
+    # of bandwidth: smaller tensors sit on the latency plateau (seed 000, fig. 1-3).
+    saturation_bytes_per_sm: float = 65536.0
     # Batched GEMM libraries choose among fewer tiles: none smaller than this
     # many output elements (a library heuristic, fitted like the rest).
     batched_min_tile_area: float = 0.0

@@ -1,0 +1,325 @@
+"""Trace + costs + timings -> Analysis: per op, per module, per category, per phase.
+
+Every recorded call is costed by the op registry and timed by the hardware
+model: GEMM-backed ops (matmuls, convolutions, attention, recurrent layers)
+by the GEMM model, the rest as memory-bound kernels with the small-tensor
+plateau. Ops no handler knows are listed in `unsupported_ops` and priced as
+memory-bound on their inputs and outputs, never as free.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .gemm import alignment_verdicts, predict_many
+from .hardware import HardwareSpec
+from .ops import CATEGORIES, Cost, CostContext, Gemm, cost_of, fallback_cost
+from .optimizer import optimizer_cost
+from .precision import DTYPE_NAMES
+from .roofline import arithmetic_intensity, streaming_time_s
+from .trace import Trace
+
+
+@dataclass
+class GemmRow:
+    m: int
+    n: int
+    k: int
+    batch: int
+    count: int
+    dtype: str
+    role: str
+    tile: str
+    tile_efficiency: float
+    wave_efficiency: float
+    alignment: dict[str, str]
+    time_s: float
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class OpRow:
+    module: str
+    op: str
+    phase: str
+    category: str
+    family: str
+    shapes: list[list[int]]
+    dtype: str
+    flops: float
+    bytes: float
+    arithmetic_intensity: float
+    bound: str
+    time_s: float
+    kernels: int
+    layout: str = ""
+    gemms: list[GemmRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    supported: bool = True
+
+    def to_dict(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items() if k != "gemms"}
+        out["gemms"] = [g.to_dict() for g in self.gemms]
+        return out
+
+
+class _GemmTimer:
+    """Prices every distinct GEMM shape once, vectorized per dtype."""
+
+    def __init__(self, spec: HardwareSpec):
+        self.spec = spec
+        self.cache: dict[tuple, dict] = {}
+
+    def prepare(self, gemms: list[Gemm]) -> None:
+        todo = defaultdict(set)
+        for g in gemms:
+            key = (g.m, g.n, g.k, g.batch, g.dtype, g.storage)
+            if key not in self.cache:
+                todo[(g.storage, g.dtype)].add(key)
+        for (storage, dtype), keys in todo.items():
+            keys = sorted(keys)
+            arr = np.array([k[:4] for k in keys], dtype=np.int64)
+            math = dtype if self.spec.has_dtype(dtype) else _fallback_dtype(self.spec, dtype)
+            stored = (
+                storage if storage in ("fp64", "fp32", "fp16", "bf16", "fp8", "int8") else "fp32"
+            )
+            res = predict_many(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], self.spec, stored, math)
+            for i, key in enumerate(keys):
+                self.cache[key] = {name: values[i].item() for name, values in res.items()}
+
+    def __call__(self, g: Gemm) -> dict:
+        return self.cache[(g.m, g.n, g.k, g.batch, g.dtype, g.storage)]
+
+
+def _fallback_dtype(spec: HardwareSpec, dtype: str) -> str:
+    """A dtype the device lacks runs on the nearest path it has (bf16 on V100 -> fp32)."""
+    for candidate in ("fp16" if dtype == "bf16" else "", "fp32", *spec.math):
+        if candidate and spec.has_dtype(candidate):
+            return candidate
+    return next(iter(spec.math))
+
+
+def _shapes(event) -> list[list[int]]:
+    return [list(t.shape) for t in event.tensors()]
+
+
+def _dtype_of(event, cost: Cost) -> str:
+    if cost.gemms:
+        return cost.gemms[0].dtype
+    ts = event.tensors() or list(event.outputs)
+    return DTYPE_NAMES.get(ts[0].dtype, str(ts[0].dtype)) if ts else ""
+
+
+def _layout(event) -> str:
+    ts = [t for t in event.tensors() if len(t.shape) == 4]
+    if not ts:
+        return ""
+    return "NHWC" if ts[0].channels_last else "NCHW"
+
+
+def time_cost(cost: Cost, spec: HardwareSpec, timer: _GemmTimer, dtype: str = "fp32"):
+    """(seconds, bound, gemm rows) of one costed op on `spec`."""
+    eff = spec.efficiency
+    if not cost.gemms:
+        t = streaming_time_s(cost.bytes, spec, cost.flops, dtype) if cost.bytes or cost.flops else 0
+        t += max(0, cost.kernels - 1) * eff.kernel_latency_s
+        if t == 0:
+            return 0.0, "latency", []
+        mem = t - eff.kernel_latency_s
+        bound = "latency" if eff.kernel_latency_s * cost.kernels >= mem else "memory"
+        return t, bound, []
+    rows, math_t, mem_t, lat_t, total = [], 0.0, 0.0, 0.0, 0.0
+    for g in cost.gemms:
+        r = timer(g)
+        one = r["time_s"] * g.count
+        total += one
+        math_t += r["math_time_s"] * g.count
+        mem_t += r["memory_time_s"] * g.count
+        lat_t += r["latency_s"] * g.count
+        tile = f"{r['tile_m']}x{r['tile_n']}" if r["tile_m"] > 0 else "none"
+        align_dtype = g.dtype if spec.has_dtype(g.dtype) else _fallback_dtype(spec, g.dtype)
+        rows.append(GemmRow(g.m, g.n, g.k, g.batch, g.count, g.dtype, g.role, tile,
+                            r["tile_efficiency"], r["wave_efficiency"],
+                            alignment_verdicts(g.m, g.n, g.k, align_dtype, spec), one))  # fmt: skip
+    # Bytes beyond the GEMMs' own operands (layout transposes, gate math) stream separately.
+    gemm_bytes = sum(_gemm_bytes(g) for g in cost.gemms)
+    extra = cost.bytes - gemm_bytes if cost.family == "conv" else 0.0
+    if extra > 0:
+        total += extra / (spec.memory_bandwidth_bytes_per_s * eff.dram_efficiency)
+    if lat_t >= max(math_t, mem_t):
+        bound = "latency"
+    else:
+        bound = "math" if math_t >= mem_t else "memory"
+    return total, bound, rows
+
+
+def _gemm_bytes(g: Gemm) -> float:
+    size = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}.get(g.storage, 4)
+    return size * g.batch * g.count * (g.m * g.k + g.k * g.n + g.m * g.n)
+
+
+@dataclass
+class Analysis:
+    model: str
+    gpu: str
+    precision: str
+    training: bool
+    params: int
+    batch: int
+    tokens: int
+    rows: list[OpRow]
+    unsupported_ops: dict[str, int]
+    spec: HardwareSpec = field(repr=False)
+    optimizer: str = "adamw"
+    view_ops: int = 0
+
+    # -- aggregates ------------------------------------------------------
+    @property
+    def totals(self) -> dict:
+        return {
+            "flops": sum(r.flops for r in self.rows),
+            "bytes": sum(r.bytes for r in self.rows),
+            "time_s": sum(r.time_s for r in self.rows),
+            "kernels": sum(r.kernels for r in self.rows),
+        }
+
+    @property
+    def time_s(self) -> float:
+        return self.totals["time_s"]
+
+    @property
+    def phases(self) -> dict:
+        out = {}
+        for phase in ("forward", "backward", "optimizer"):
+            rows = [r for r in self.rows if r.phase == phase]
+            if rows or phase == "forward":
+                out[phase] = {"flops": sum(r.flops for r in rows),
+                              "bytes": sum(r.bytes for r in rows),
+                              "time_s": sum(r.time_s for r in rows)}  # fmt: skip
+        return out
+
+    @property
+    def categories(self) -> dict:
+        out = {c: {"flops": 0.0, "time_s": 0.0} for c in CATEGORIES}
+        for r in self.rows:
+            entry = out.setdefault(r.category, {"flops": 0.0, "time_s": 0.0})
+            entry["flops"] += r.flops
+            entry["time_s"] += r.time_s
+        return out
+
+    def modules(self, depth: int = 2) -> dict[str, dict]:
+        """Time and FLOPs per module path, cut at `depth` levels."""
+        out: dict[str, dict] = {}
+        for r in self.rows:
+            parts = r.module.split(".") if r.module else ["(model)"]
+            for level in range(1, min(depth, len(parts)) + 1):
+                key = ".".join(parts[:level])
+                entry = out.setdefault(key, {"flops": 0.0, "time_s": 0.0, "ops": 0})
+                entry["flops"] += r.flops
+                entry["time_s"] += r.time_s
+                entry["ops"] += 1
+        return out
+
+    @property
+    def contraction_dtype(self) -> str:
+        rows = [r for r in self.rows if r.gemms]
+        if not rows:
+            return "fp32"
+        weight = Counter()
+        for r in rows:
+            weight[r.dtype] += r.flops
+        return weight.most_common(1)[0][0]
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilization: contraction FLOPs per second over the peak of their dtype."""
+        flops = sum(r.flops for r in self.rows if r.category == "contraction")
+        dtype = self.contraction_dtype
+        if not self.time_s or not self.spec.has_dtype(dtype):
+            return 0.0
+        return flops / self.time_s / self.spec.peak_flops_per_s(dtype)
+
+    @property
+    def throughput(self) -> dict:
+        if not self.time_s:
+            return {}
+        out = {"samples_per_s": self.batch / self.time_s}
+        if self.tokens:
+            out["tokens_per_s"] = self.tokens / self.time_s
+        return out
+
+    def top(self, n: int = 10) -> list[OpRow]:
+        return sorted(self.rows, key=lambda r: r.time_s, reverse=True)[:n]
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "gpu": self.gpu,
+            "precision": self.precision,
+            "training": self.training,
+            "params": self.params,
+            "batch": self.batch,
+            "optimizer": self.optimizer if self.training else None,
+            "totals": self.totals,
+            "throughput": self.throughput,
+            "mfu": self.mfu,
+            "phases": self.phases,
+            "categories": self.categories,
+            "modules": self.modules(depth=2),
+            "ops": [r.to_dict() for r in self.rows],
+            "unsupported_ops": dict(self.unsupported_ops),
+        }
+
+
+def analyze_trace(trace: Trace, spec: HardwareSpec, model_name: str = "model",
+                  optimizer: str = "adamw") -> Analysis:  # fmt: skip
+    ctx = CostContext(trace.precision, spec)
+    costed = []
+    unsupported: Counter = Counter()
+    views = 0
+    for event in trace.events:
+        cost = cost_of(event, ctx)
+        if cost is None:
+            unsupported[event.op] += 1
+            cost = fallback_cost(event)
+        elif cost.category == "view":
+            views += 1
+            continue
+        costed.append((event, cost))
+    if trace.training and optimizer:
+        costed.append(optimizer_cost(trace, optimizer))
+    timer = _GemmTimer(spec)
+    timer.prepare([g for _, c in costed for g in c.gemms])
+    rows = []
+    for event, cost in costed:
+        dtype = _dtype_of(event, cost)
+        time_s, bound, gemm_rows = time_cost(
+            cost, spec, timer, dtype if dtype in spec.math else "fp32"
+        )
+        rows.append(OpRow(
+            module=event.module, op=event.op, phase=event.phase, category=cost.category,
+            family=cost.family, shapes=_shapes(event), dtype=dtype, flops=cost.flops,
+            bytes=cost.bytes, arithmetic_intensity=arithmetic_intensity(cost.flops, cost.bytes),
+            bound=bound, time_s=time_s, kernels=cost.kernels, layout=_layout(event),
+            gemms=gemm_rows, notes=list(cost.notes),
+            supported=event.op not in unsupported,
+        ))  # fmt: skip
+    batch, tokens = _batch_and_tokens(trace)
+    return Analysis(model=model_name, gpu=spec.id, precision=trace.precision.name,
+                    training=trace.training, params=trace.params, batch=batch, tokens=tokens,
+                    rows=rows, unsupported_ops=dict(unsupported), spec=spec,
+                    optimizer=optimizer, view_ops=views)  # fmt: skip
+
+
+def _batch_and_tokens(trace: Trace) -> tuple[int, int]:
+    if not trace.inputs:
+        return 1, 0
+    first = trace.inputs[0]
+    batch = first.shape[0] if first.shape else 1
+    tokens = first.numel if (not first.is_float and len(first.shape) == 2) else 0
+    return batch, tokens

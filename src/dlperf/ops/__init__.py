@@ -1,0 +1,141 @@
+"""The op registry: one pure handler per aten overload packet.
+
+A handler takes the recorded shapes of one call (an `OpEvent` of
+`TensorMeta`s, never tensors) and a `CostContext` (precision policy and
+device), and returns a `Cost`: FLOPs, bytes read and written, the GEMMs the
+op maps to, and a category. Conventions: one multiply-add is two FLOPs;
+bytes are those the kernel must move through device memory.
+
+An op with no handler is not silently free: `cost_of` returns None, the
+analysis lists it in `unsupported_ops`, and prices it as memory-bound on its
+inputs and outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..hardware import HardwareSpec
+from ..precision import Precision
+from ..trace import OpEvent, TensorMeta
+
+CATEGORIES = ("contraction", "normalization", "elementwise", "other")
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One GEMM shape an op runs `count` times (C[m,n] = A[m,k] B[k,n], `batch` at once)."""
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    count: int = 1
+    dtype: str = "fp32"  # math dtype
+    storage: str = "fp32"  # element dtype in memory
+    role: str = ""  # e.g. "fprop", "dgrad", "wgrad", "recurrent"
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.batch * self.count
+
+
+@dataclass(frozen=True)
+class Cost:
+    flops: float = 0.0
+    bytes_read: float = 0.0
+    bytes_written: float = 0.0
+    category: str = "other"
+    family: str = ""
+    gemms: tuple[Gemm, ...] = ()
+    kernels: int = 1
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_read + self.bytes_written
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(
+            flops=self.flops + other.flops,
+            bytes_read=self.bytes_read + other.bytes_read,
+            bytes_written=self.bytes_written + other.bytes_written,
+            category=self.category,
+            family=self.family,
+            gemms=self.gemms + other.gemms,
+            kernels=self.kernels + other.kernels,
+            notes=self.notes + other.notes,
+        )
+
+
+@dataclass(frozen=True)
+class CostContext:
+    precision: Precision
+    spec: HardwareSpec
+
+
+Handler = Callable[[OpEvent, CostContext], Cost]
+_REGISTRY: dict[str, Handler] = {}
+
+
+def register(*packets: str):
+    """Register a handler for aten overload packets ("aten.mm"); once each."""
+
+    def decorate(fn: Handler) -> Handler:
+        for packet in packets:
+            if packet in _REGISTRY:
+                raise ValueError(f"{packet} already has a cost handler")
+            _REGISTRY[packet] = fn
+        return fn
+
+    return decorate
+
+
+def handler_for(event: OpEvent) -> Handler | None:
+    _load_families()
+    return _REGISTRY.get(event.packet)
+
+
+def cost_of(event: OpEvent, ctx: CostContext) -> Cost | None:
+    """The event's cost, or None when no handler knows its op."""
+    fn = handler_for(event)
+    return fn(event, ctx) if fn else None
+
+
+def fallback_cost(event: OpEvent) -> Cost:
+    """Price of an op nobody handles: memory-bound on its inputs and outputs."""
+    read = sum(t.nbytes for t in event.tensors())
+    written = sum(t.nbytes for t in event.outputs)
+    return Cost(bytes_read=read, bytes_written=written, category="other", family="unsupported")
+
+
+def registered_packets() -> list[str]:
+    _load_families()
+    return sorted(_REGISTRY)
+
+
+# -- helpers shared by the handler modules ---------------------------------
+
+
+def tensor_args(event: OpEvent) -> list[TensorMeta]:
+    return [a for a in event.args if isinstance(a, TensorMeta)]
+
+
+def out_bytes(event: OpEvent) -> int:
+    return sum(t.nbytes for t in event.outputs)
+
+
+def in_bytes(event: OpEvent) -> int:
+    return sum(t.nbytes for t in event.tensors())
+
+
+_LOADED = False
+
+
+def _load_families() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    from . import attention, conv, elementwise, matmul, movement, norm, pooling, rnn  # noqa: F401

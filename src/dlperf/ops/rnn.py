@@ -1,0 +1,98 @@
+"""Recurrent layers mapped to GEMMs by seed 004's Table 1.
+
+For each layer (and direction), with gates G = 4 (LSTM), 3 (GRU) or 1
+(ReLU/tanh RNN), hidden size H, minibatch B, sequence S, and the layer's
+input size I (the previous layer's output):
+
+| path           | phase               | M     | N     | K     | GEMMs |
+| recurrent      | forward             | G x H | B     | H     | S     |
+| recurrent      | activation gradient | H     | B     | G x H | S     |
+| recurrent      | weight gradient     | H     | G x H | B x S | 1     |
+| layer-to-layer | forward             | G x H | B x S | I     | 1     |
+| layer-to-layer | activation gradient | I     | B x S | G x H | 1     |
+| layer-to-layer | weight gradient     | I     | G x H | B x S | 1     |
+
+The unrolling factor is taken as S (the whole sequence in one layer-to-layer
+GEMM). The first layer's input gradient is skipped when the input needs none.
+The row also says whether cuDNN's persistent kernel could run the layer
+(seed 004, chapter 5): fp16 only, weights small enough to stay on chip
+(hidden size up to 1024 for LSTM), and small minibatches.
+"""
+
+from __future__ import annotations
+
+from ..precision import DTYPE_NAMES
+from ..trace import OpEvent
+from . import Cost, CostContext, Gemm, register
+
+GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+# Largest hidden size whose recurrent weights cuDNN keeps on chip, per unit
+# (seed 004: LSTM up to 1024; GRU and plain units have fewer gates, so their
+# weights of the same footprint allow proportionally larger hidden sizes).
+PERSISTENT_MAX_HIDDEN = {"LSTM": 1024, "GRU": 1182, "RNN_TANH": 2048, "RNN_RELU": 2048}
+# Above this minibatch the standard kernels are as fast (seed 004, figure 10).
+PERSISTENT_MAX_BATCH = 256
+# Element-wise work per gate value per step: activation, the cell update.
+GATE_FLOPS = 5
+
+
+def persistence(info: dict, dtype: str) -> tuple[bool, str]:
+    """Could cuDNN's persistent kernel run this layer, and if not, why."""
+    mode, hidden, batch = info["mode"], info["hidden_size"], info["batch"]
+    if dtype != "fp16":
+        return False, f"persistent RNN kernels need fp16 (this layer runs {dtype})"
+    limit = PERSISTENT_MAX_HIDDEN[mode]
+    if hidden > limit:
+        return False, f"hidden size {hidden} is above the persistent limit {limit}"
+    if batch >= PERSISTENT_MAX_BATCH:
+        return False, f"minibatch {batch} is large: standard kernels are as fast"
+    return True, "eligible for cuDNN's persistent kernel"
+
+
+def rnn_gemms(info: dict, phase: str, dtype: str, storage: str) -> list[Gemm]:
+    gates = GATES[info["mode"]]
+    hidden = info["hidden_size"]
+    out_size = info.get("proj_size") or hidden
+    batch, seq = info["batch"], info["seq"]
+    directions = 2 if info["bidirectional"] else 1
+    gemms = []
+
+    def add(m, n, k, count, role):
+        gemms.append(Gemm(m, n, k, count=count * directions, dtype=dtype, storage=storage,
+                          role=role))  # fmt: skip
+
+    for layer in range(info["num_layers"]):
+        size_in = info["input_size"] if layer == 0 else out_size * directions
+        if phase == "forward":
+            add(gates * hidden, batch, out_size, seq, "recurrent forward")
+            add(gates * hidden, batch * seq, size_in, 1, "layer-to-layer forward")
+        else:
+            add(out_size, batch, gates * hidden, seq, "recurrent activation gradient")
+            add(out_size, gates * hidden, batch * seq, 1, "recurrent weight gradient")
+            if layer > 0 or info["input_requires_grad"]:
+                add(size_in, batch * seq, gates * hidden, 1, "layer-to-layer activation gradient")
+            add(size_in, gates * hidden, batch * seq, 1, "layer-to-layer weight gradient")
+    return gemms
+
+
+@register("dlperf.rnn.lstm", "dlperf.rnn.gru", "dlperf.rnn.rnn_tanh", "dlperf.rnn.rnn_relu")
+def recurrent(e: OpEvent, ctx: CostContext) -> Cost:
+    info = e.info
+    x = e.args[0]
+    dtype = ctx.precision.contraction_dtype(x.dtype)
+    storage = DTYPE_NAMES.get(x.dtype, "fp32")
+    gemms = rnn_gemms(info, e.phase, dtype, storage)
+    flops = sum(g.flops for g in gemms)
+    item = x.itemsize
+    directions = 2 if info["bidirectional"] else 1
+    hidden, batch, seq = info["hidden_size"], info["batch"], info["seq"]
+    gates = GATES[info["mode"]]
+    # Gate pre-activations are written once and read once per layer and step.
+    gate_bytes = 2 * info["num_layers"] * directions * seq * batch * gates * hidden * item
+    flops += GATE_FLOPS * info["num_layers"] * directions * seq * batch * gates * hidden
+    read = x.nbytes + sum((g.m * g.k) * item * g.count for g in gemms) + gate_bytes / 2
+    written = seq * batch * hidden * directions * item * info["num_layers"] + gate_bytes / 2
+    ok, why = persistence(info, dtype)
+    return Cost(flops=flops, bytes_read=read, bytes_written=written, category="contraction",
+                family="rnn", gemms=tuple(gemms), kernels=len(gemms),
+                notes=(f"persistent: {why}" if ok else f"standard kernel: {why}",))  # fmt: skip

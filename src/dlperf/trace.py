@@ -1,0 +1,444 @@
+"""Run a model on fake tensors and record one event per aten call.
+
+Nothing is allocated and the user's model is never changed: its parameters
+are swapped, for the duration of one `functional_call`, for fake tensors of
+the same shapes (in the precision policy's dtype), so a model built on the
+meta device and a model with real weights trace alike. A dispatch mode below
+autograd records each aten call with its shapes, dtypes and strides. Module
+forward hooks keep the stack of running modules; as each module returns,
+the autograd nodes it created are labelled with its path, so a backward op
+is attributed through the node that runs it (residual branches included).
+Forward, the loss, and (when training) backward run; the optimizer step is
+costed from the parameters.
+
+Recurrent layers (nn.LSTM, nn.GRU, nn.RNN) are recorded at the module level,
+one event per layer call and phase, whatever fused op the backend runs
+(mkldnn on the CPU, cuDNN on a GPU): seed 004's Table 1 maps them to GEMMs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.func import functional_call
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .errors import DlperfError
+from .precision import Precision
+from .precision import precision as get_precision
+
+PHASES = ("forward", "backward", "optimizer")
+LOSS_MODULE = "(loss)"
+# Calls that describe tensors without touching device memory: not recorded.
+_SKIP_PREFIXES = ("prim.",)
+_SKIP_OPS = {"aten.detach.default", "aten.lift_fresh.default"}
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    stride: tuple[int, ...]
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> TensorMeta:
+        return cls(tuple(int(s) for s in t.shape), t.dtype, tuple(int(s) for s in t.stride()))
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def itemsize(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size() if self.dtype else 4
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * _itemsize(self.dtype)
+
+    @property
+    def channels_last(self) -> bool:
+        """4-D tensor laid out NHWC (channels innermost) rather than NCHW."""
+        if len(self.shape) != 4 or self.shape[1] == 1:
+            return False
+        return self.stride[1] == 1 and self.stride[3] != 1
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype.is_floating_point
+
+
+_ITEMSIZE: dict[torch.dtype, int] = {}
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    if dtype not in _ITEMSIZE:
+        _ITEMSIZE[dtype] = torch.empty((), dtype=dtype).element_size()
+    return _ITEMSIZE[dtype]
+
+
+@dataclass
+class OpEvent:
+    """One aten call (or one recurrent layer call) as recorded."""
+
+    op: str  # overload, e.g. "aten.mm.default"
+    args: tuple
+    kwargs: dict
+    outputs: tuple[TensorMeta, ...]
+    module: str
+    phase: str
+    module_type: str = ""
+    info: dict = field(default_factory=dict)  # module-level events carry their config
+
+    @property
+    def packet(self) -> str:
+        """The overload packet, e.g. "aten.mm" for "aten.mm.default"."""
+        return self.op.rsplit(".", 1)[0] if self.op.count(".") >= 2 else self.op
+
+    def tensors(self) -> list[TensorMeta]:
+        found = []
+        for a in (*self.args, *self.kwargs.values()):
+            if isinstance(a, TensorMeta):
+                found.append(a)
+            elif isinstance(a, (list, tuple)):
+                found += [x for x in a if isinstance(x, TensorMeta)]
+        return found
+
+
+@dataclass
+class Trace:
+    events: list[OpEvent]
+    precision: Precision
+    training: bool
+    params: int
+    trainable_params: int
+    param_shapes: list[tuple[int, ...]]
+    module_types: dict[str, str]
+    inputs: list[TensorMeta]
+    suppressed: Counter = field(default_factory=Counter)
+
+
+def _meta(x):
+    if isinstance(x, torch.Tensor):
+        return TensorMeta.of(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_meta(v) for v in x) if not hasattr(x, "_fields") else tuple(map(_meta, x))
+    if isinstance(x, (int, float, bool, str)) or x is None:
+        return x
+    if isinstance(x, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
+        return x
+    return repr(x)
+
+
+def _flat_outputs(out) -> tuple[TensorMeta, ...]:
+    if isinstance(out, torch.Tensor):
+        return (TensorMeta.of(out),)
+    if isinstance(out, (list, tuple)):
+        return tuple(TensorMeta.of(t) for t in out if isinstance(t, torch.Tensor))
+    return ()
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self, progress):
+        super().__init__()
+        self.phase = "forward"
+        self.stack: list[str] = []  # paths of the modules running forward
+        self.events: list[OpEvent] = []
+        self.suppressed: Counter = Counter()
+        self.rnn_paths: set[str] = set()
+        self.rnn_depth = 0
+        self.progress = progress
+        self.module_types: dict[str, str] = {}
+
+    def module_path(self) -> str:
+        if self.phase == "forward":
+            return self.stack[-1] if self.stack else LOSS_MODULE
+        node = torch._C._current_autograd_node()
+        if node is None:
+            return ""
+        return node.metadata.get(_LABEL, LOSS_MODULE)
+
+    def in_rnn(self, path: str) -> bool:
+        if self.rnn_depth:
+            return True
+        return any(path == p or path.startswith(p + ".") for p in self.rnn_paths)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = str(func)
+        if name.startswith(_SKIP_PREFIXES) or name in _SKIP_OPS:
+            return out
+        path = self.module_path()
+        if self.in_rnn(path):
+            self.suppressed[name] += 1
+            return out
+        self.events.append(
+            OpEvent(
+                op=name,
+                args=tuple(_meta(a) for a in args),
+                kwargs={k: _meta(v) for k, v in kwargs.items()},
+                outputs=_flat_outputs(out),
+                module=path,
+                phase=self.phase,
+                module_type=self.module_types.get(path, ""),
+            )
+        )
+        if self.progress and len(self.events) % 500 == 0:
+            self.progress(len(self.events))
+        return out
+
+
+_LABEL = "dlperf_module"
+_CALL = "dlperf_call"
+
+
+def _grad_fns(x, found: set) -> set:
+    """The autograd nodes that produced the tensors in `x` (nested containers too)."""
+    if isinstance(x, torch.Tensor):
+        if x.grad_fn is not None:
+            found.add(x.grad_fn)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            _grad_fns(v, found)
+    elif isinstance(x, dict):
+        for v in x.values():
+            _grad_fns(v, found)
+    elif hasattr(x, "to_tuple"):  # Hugging Face ModelOutput
+        _grad_fns(x.to_tuple(), found)
+    return found
+
+
+def _label_nodes(output, path: str, call: int, calls: list[set]) -> None:
+    """Label the autograd nodes one module call created: those between its
+    outputs and the nodes behind its inputs (`calls[call]`). Regions already
+    labelled by inner calls are jumped over, from their outputs to their inputs."""
+    boundary = calls[call]
+    stack = list(_grad_fns(output, set()))
+    seen = set()
+    while stack:
+        node = stack.pop()
+        if node in seen or node in boundary:
+            continue
+        seen.add(node)
+        inner = node.metadata.get(_CALL)
+        if inner is not None:
+            if inner != call:
+                stack.extend(calls[inner])
+            continue
+        node.metadata[_LABEL] = path
+        node.metadata[_CALL] = call
+        stack.extend(fn for fn, _ in node.next_functions if fn is not None)
+
+
+def _rnn_event(module: nn.RNNBase, path: str, x: torch.Tensor, phase: str) -> OpEvent:
+    if isinstance(x, nn.utils.rnn.PackedSequence):
+        raise DlperfError(
+            f"{path}: packed sequences are not supported; pass a padded (seq, batch, feature) tensor"
+        )
+    if x.dim() == 2:  # unbatched (seq, feature)
+        seq, batch = x.shape[0], 1
+    elif module.batch_first:
+        batch, seq = x.shape[0], x.shape[1]
+    else:
+        seq, batch = x.shape[0], x.shape[1]
+    mode = module.mode  # "LSTM", "GRU", "RNN_TANH", "RNN_RELU"
+    info = {
+        "mode": mode,
+        "input_size": module.input_size,
+        "hidden_size": module.hidden_size,
+        "proj_size": getattr(module, "proj_size", 0),
+        "num_layers": module.num_layers,
+        "bidirectional": module.bidirectional,
+        "bias": module.bias,
+        "batch": int(batch),
+        "seq": int(seq),
+        "input_requires_grad": bool(x.requires_grad),
+    }
+    meta = TensorMeta.of(x)
+    return OpEvent(op=f"dlperf.rnn.{mode.lower()}", args=(meta,), kwargs={}, outputs=(),
+                   module=path, phase=phase, module_type=type(module).__name__, info=info)  # fmt: skip
+
+
+def _to_fake(t: torch.Tensor, dtype: torch.dtype | None, requires_grad: bool) -> torch.Tensor:
+    """A fake CPU tensor like `t` (same shape, strides), in `dtype` if given."""
+    fake = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=dtype or t.dtype,
+                               device="cpu")  # fmt: skip
+    if requires_grad and fake.is_floating_point():
+        fake.requires_grad_(True)
+    return fake
+
+
+def _fake_inputs(inputs, policy: Precision):
+    """Positional args and keyword args of the model call, as fake tensors."""
+    half = policy.param_dtype if policy.param_dtype != torch.float32 else None
+
+    def convert(x):
+        if isinstance(x, torch.Tensor):
+            return _to_fake(x, half if x.is_floating_point() else None, False)
+        if isinstance(x, (list, tuple)):
+            return type(x)(convert(v) for v in x)
+        if isinstance(x, dict):
+            return {k: convert(v) for k, v in x.items()}
+        return x
+
+    if isinstance(inputs, dict):
+        return (), convert(inputs)
+    if isinstance(inputs, torch.Tensor):
+        return (convert(inputs),), {}
+    if isinstance(inputs, (list, tuple)):
+        return tuple(convert(v) for v in inputs), {}
+    raise DlperfError(f"inputs must be a tensor, a tuple of tensors or a dict, not {type(inputs)}")
+
+
+def _loss_of(out) -> torch.Tensor:
+    """A scalar to differentiate: the model's own loss if it returns one, a
+    cross-entropy on class logits, else the sum of its floating outputs."""
+    loss = getattr(out, "loss", None)
+    if isinstance(loss, torch.Tensor):
+        return loss
+    if isinstance(out, dict) and isinstance(out.get("loss"), torch.Tensor):
+        return out["loss"]
+    if isinstance(out, torch.Tensor) and out.dim() == 2 and out.is_floating_point():
+        target = torch.zeros(out.shape[0], dtype=torch.long)
+        return nn.functional.cross_entropy(out.float(), target)
+    tensors = []
+
+    def collect(x):
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.requires_grad:
+            tensors.append(x)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                collect(v)
+        elif isinstance(x, dict) or hasattr(x, "values"):
+            for v in x.values():
+                collect(v)
+
+    collect(out)
+    if not tensors:
+        raise DlperfError("the model's output has no floating tensor to train on; use --infer")
+    total = tensors[0].float().sum()
+    for t in tensors[1:]:
+        total = total + t.float().sum()
+    return total
+
+
+def trace(
+    model: nn.Module,
+    inputs,
+    training: bool = True,
+    precision: str | Precision = "fp32",
+    progress: Callable[[int], None] | None = None,
+) -> Trace:
+    """Run `model(inputs)` (and backward when training) on fake tensors."""
+    policy = get_precision(precision)
+    if not isinstance(model, nn.Module):
+        raise DlperfError(f"expected an nn.Module, got {type(model).__name__}")
+    module_types = {name: type(mod).__name__ for name, mod in model.named_modules()}
+    paths = {id(mod): name for name, mod in model.named_modules()}
+    fake_mode = FakeTensorMode()
+    with fake_mode:
+        params = {}
+        shapes, total, trainable = [], 0, 0
+        for name, p in model.named_parameters():
+            dtype = policy.param_dtype if p.is_floating_point() else p.dtype
+            params[name] = _to_fake(p, dtype, training and p.requires_grad)
+            shapes.append(tuple(p.shape))
+            total += p.numel()
+            trainable += p.numel() if p.requires_grad else 0
+        for name, b in model.named_buffers():
+            dtype = policy.param_dtype if b.is_floating_point() else b.dtype
+            params[name] = _to_fake(b, dtype, False)
+        args, kwargs = _fake_inputs(inputs, policy)
+    input_meta = [
+        TensorMeta.of(t) for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)
+    ]
+
+    recorder = _Recorder(progress)
+    recorder.module_types = module_types
+    rnn_calls: list[tuple[nn.RNNBase, str, torch.Tensor]] = []
+    calls: list[set] = []  # per module call: the autograd nodes behind its inputs
+    open_calls: list[int] = []  # the calls still running, innermost last
+
+    def pre_hook(module, hook_args):
+        path = paths.get(id(module))
+        if path is None:
+            return
+        recorder.stack.append(path)
+        if training:
+            open_calls.append(len(calls))
+            calls.append(_grad_fns(hook_args, set()))
+        if isinstance(module, nn.RNNBase):
+            if not recorder.rnn_depth:
+                x = hook_args[0]
+                recorder.events.append(_rnn_event(module, path, x, "forward"))
+                rnn_calls.append((module, path, x))
+                recorder.rnn_paths.add(path)
+            recorder.rnn_depth += 1
+
+    def post_hook(module, hook_args, output):
+        path = paths.get(id(module))
+        if path is None:
+            return
+        if recorder.stack and recorder.stack[-1] == path:
+            recorder.stack.pop()
+        if training and open_calls:
+            _label_nodes(output, path, open_calls.pop(), calls)
+        if isinstance(module, nn.RNNBase):
+            recorder.rnn_depth -= 1
+
+    handles = [
+        nn.modules.module.register_module_forward_pre_hook(pre_hook),
+        nn.modules.module.register_module_forward_hook(post_hook),
+    ]
+    was_training = model.training
+    autocast = (
+        torch.autocast("cpu", dtype=policy.autocast_dtype)
+        if policy.autocast_dtype
+        else contextlib.nullcontext()
+    )
+    try:
+        model.train(training)
+        with fake_mode, recorder:
+            with autocast, torch.set_grad_enabled(training):
+                out = functional_call(model, params, args, kwargs)
+                loss = _loss_of(out) if training else None
+            if training:
+                recorder.phase = "backward"
+                loss.backward()
+                for module, path, x in rnn_calls:
+                    recorder.events.append(_rnn_event(module, path, x, "backward"))
+    except DlperfError:
+        raise
+    except Exception as err:  # the user's model failed under fake tensors
+        where = recorder.module_path() or type(model).__name__
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        raise DlperfError(
+            f"tracing failed in {where or 'the model'}: {type(err).__name__}: {first} "
+            "(dlperf runs the model on fake tensors: code that reads tensor values, "
+            "such as .item() or data-dependent shapes, cannot be traced)"
+        ) from None
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    return Trace(
+        events=recorder.events,
+        precision=policy,
+        training=training,
+        params=total,
+        trainable_params=trainable,
+        param_shapes=shapes,
+        module_types=module_types,
+        inputs=input_meta,
+        suppressed=recorder.suppressed,
+    )
