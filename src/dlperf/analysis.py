@@ -151,10 +151,9 @@ def time_cost(cost: Cost, spec: HardwareSpec, timer: _GemmTimer, dtype: str = "f
     extra = cost.bytes - gemm_bytes if cost.family == "conv" else 0.0
     if extra > 0:
         total += extra / (spec.memory_bandwidth_bytes_per_s * eff.dram_efficiency)
+    bound = "math" if math_t >= mem_t else "memory"
     if lat_t >= max(math_t, mem_t):
         bound = "latency"
-    else:
-        bound = "math" if math_t >= mem_t else "memory"
     return total, bound, rows
 
 

@@ -243,7 +243,8 @@ def _label_nodes(output, path: str, call: int, calls: list[set]) -> None:
 def _rnn_event(module: nn.RNNBase, path: str, x: torch.Tensor, phase: str) -> OpEvent:
     if isinstance(x, nn.utils.rnn.PackedSequence):
         raise DlperfError(
-            f"{path}: packed sequences are not supported; pass a padded (seq, batch, feature) tensor"
+            f"{path}: packed sequences are not supported; "
+            "pass a padded (seq, batch, feature) tensor"
         )
     if x.dim() == 2:  # unbatched (seq, feature)
         seq, batch = x.shape[0], 1
@@ -266,7 +267,8 @@ def _rnn_event(module: nn.RNNBase, path: str, x: torch.Tensor, phase: str) -> Op
     }
     meta = TensorMeta.of(x)
     return OpEvent(op=f"dlperf.rnn.{mode.lower()}", args=(meta,), kwargs={}, outputs=(),
-                   module=path, phase=phase, module_type=type(module).__name__, info=info)  # fmt: skip
+                   module=path, phase=phase, module_type=type(module).__name__,
+                   info=info)  # fmt: skip
 
 
 def _to_fake(t: torch.Tensor, dtype: torch.dtype | None, requires_grad: bool) -> torch.Tensor:

@@ -57,7 +57,7 @@ def sdpa_forward(e: OpEvent, ctx: CostContext) -> Cost:
           "aten._scaled_dot_product_cudnn_attention_backward",
           "aten._flash_attention_backward", "aten._efficient_attention_backward")  # fmt: skip
 def sdpa_backward(e: OpEvent, ctx: CostContext) -> Cost:
-    grad_out, q, k, v = e.args[0], e.args[1], e.args[2], e.args[3]
+    q, k, v = e.args[1], e.args[2], e.args[3]  # after the output gradient
     if "_attention_backward" in e.op and not e.op.startswith("aten._scaled"):
         b, lq, h, d = q.shape
         s, dv = k.shape[1], v.shape[3]

@@ -67,8 +67,9 @@ def dropout_backward(e: OpEvent, ctx: CostContext) -> Cost:
     return _elementwise(e, ctx)
 
 
-@register("aten.bernoulli", "aten.bernoulli_", "aten.uniform_", "aten.normal_", "aten.rand_like",
-          "aten.randn_like", "aten.rand", "aten.randn", "aten.randint", "aten.exponential_")  # fmt: skip
+@register("aten.bernoulli", "aten.bernoulli_", "aten.uniform_", "aten.normal_",
+          "aten.rand_like", "aten.randn_like", "aten.rand", "aten.randn", "aten.randint",
+          "aten.exponential_")  # fmt: skip
 def random(e: OpEvent, ctx: CostContext) -> Cost:
     written = sum(t.nbytes for t in e.outputs) or sum(t.nbytes for t in tensor_args(e)[:1])
     return Cost(flops=4 * written, bytes_written=written, category="elementwise", family="random")

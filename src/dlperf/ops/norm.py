@@ -58,9 +58,9 @@ def batch_norm_backward(e: OpEvent, ctx: CostContext) -> Cost:
     persistent = _persistent(ctx, 2 * grad.nbytes)
     passes = 1 if persistent else 2
     read = in_bytes(e) + (passes - 1) * 2 * grad.nbytes
+    note = "single pass (persistent)" if persistent else "two read passes"
     return Cost(flops=10 * grad.numel, bytes_read=read, bytes_written=out_bytes(e),
-                category="normalization", family="batch_norm",
-                notes=("single pass (persistent)" if persistent else "two read passes",))  # fmt: skip
+                category="normalization", family="batch_norm", notes=(note,))  # fmt: skip
 
 
 def _row_passes(e: OpEvent, row_elements: int, passes_if_long: int) -> int:
