@@ -37,6 +37,7 @@ class GemmRow:
     wave_efficiency: float
     alignment: dict[str, str]
     time_s: float
+    waves: int = 1
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -78,22 +79,29 @@ class _GemmTimer:
     def prepare(self, gemms: list[Gemm]) -> None:
         todo = defaultdict(set)
         for g in gemms:
-            key = (g.m, g.n, g.k, g.batch, g.dtype, g.storage)
+            key = self.key(g)
             if key not in self.cache:
                 todo[(g.storage, g.dtype)].add(key)
         for (storage, dtype), keys in todo.items():
             keys = sorted(keys)
             arr = np.array([k[:4] for k in keys], dtype=np.int64)
+            moved = np.array([k[6] for k in keys], dtype=float)
             math = dtype if self.spec.has_dtype(dtype) else _fallback_dtype(self.spec, dtype)
             stored = (
                 storage if storage in ("fp64", "fp32", "fp16", "bf16", "fp8", "int8") else "fp32"
             )
-            res = predict_many(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], self.spec, stored, math)
+            res = predict_many(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], self.spec, stored, math,
+                               tensor_bytes=moved)  # fmt: skip
             for i, key in enumerate(keys):
                 self.cache[key] = {name: values[i].item() for name, values in res.items()}
 
+    @staticmethod
+    def key(g: Gemm) -> tuple:
+        # tensor bytes are per GEMM call (the op's total over its count)
+        return (g.m, g.n, g.k, g.batch, g.dtype, g.storage, g.tensor_bytes / g.count)
+
     def __call__(self, g: Gemm) -> dict:
-        return self.cache[(g.m, g.n, g.k, g.batch, g.dtype, g.storage)]
+        return self.cache[self.key(g)]
 
 
 def _fallback_dtype(spec: HardwareSpec, dtype: str) -> str:
@@ -134,32 +142,30 @@ def time_cost(cost: Cost, spec: HardwareSpec, timer: _GemmTimer, dtype: str = "f
         bound = "latency" if eff.kernel_latency_s * cost.kernels >= mem else "memory"
         return t, bound, []
     rows, math_t, mem_t, lat_t, total = [], 0.0, 0.0, 0.0, 0.0
+    bandwidth = spec.memory_bandwidth_bytes_per_s * eff.dram_efficiency
     for g in cost.gemms:
         r = timer(g)
+        memory = r["memory_time_s"]
         one = r["time_s"] * g.count
         total += one
         math_t += r["math_time_s"] * g.count
-        mem_t += r["memory_time_s"] * g.count
+        mem_t += memory * g.count
         lat_t += r["latency_s"] * g.count
         tile = f"{r['tile_m']}x{r['tile_n']}" if r["tile_m"] > 0 else "none"
         align_dtype = g.dtype if spec.has_dtype(g.dtype) else _fallback_dtype(spec, g.dtype)
         rows.append(GemmRow(g.m, g.n, g.k, g.batch, g.count, g.dtype, g.role, tile,
                             r["tile_efficiency"], r["wave_efficiency"],
-                            alignment_verdicts(g.m, g.n, g.k, align_dtype, spec), one))  # fmt: skip
-    # Bytes beyond the GEMMs' own operands (layout transposes, gate math) stream separately.
-    gemm_bytes = sum(_gemm_bytes(g) for g in cost.gemms)
+                            alignment_verdicts(g.m, g.n, g.k, align_dtype, spec), one,
+                            int(r["waves"])))  # fmt: skip
+    # Bytes beyond the GEMMs' own (layout transposes of NCHW data) stream separately.
+    gemm_bytes = sum(g.tensor_bytes for g in cost.gemms)
     extra = cost.bytes - gemm_bytes if cost.family == "conv" else 0.0
     if extra > 0:
-        total += extra / (spec.memory_bandwidth_bytes_per_s * eff.dram_efficiency)
+        total += extra / bandwidth
     bound = "math" if math_t >= mem_t else "memory"
     if lat_t >= max(math_t, mem_t):
         bound = "latency"
     return total, bound, rows
-
-
-def _gemm_bytes(g: Gemm) -> float:
-    size = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}.get(g.storage, 4)
-    return size * g.batch * g.count * (g.m * g.k + g.k * g.n + g.m * g.n)
 
 
 @dataclass

@@ -56,6 +56,84 @@ def cmd_gemm(args) -> int:
     return 0
 
 
+def _model_inputs(args):
+    """Inputs from --input shapes, or None for the model's defaults."""
+    if not args.input:
+        return None
+    from .models import parse_input
+
+    tensors = [parse_input(text) for text in args.input]
+    return tensors[0] if len(tensors) == 1 else tuple(tensors)
+
+
+def cmd_analyze(args) -> int:
+    from .api import analyze
+    from .models import load_model
+    from .report.terminal import analysis_report
+
+    loaded = load_model(args.model, batch=args.batch, seq_len=args.seq_len)
+    inputs = _model_inputs(args)
+    if inputs is not None and loaded.family == "sequence" and not isinstance(inputs, tuple):
+        inputs = {"input_ids": inputs, "labels": inputs} if not inputs.is_floating_point() else inputs
+    inputs = loaded.inputs if inputs is None else inputs
+    with _progress(args, f"tracing {loaded.name}") as progress:
+        result = analyze(loaded.module, inputs, gpu=args.gpu, precision=args.precision,
+                         training=args.train, optimizer=args.optimizer, progress=progress)  # fmt: skip
+    result.model = loaded.name
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        analysis_report(result, top=args.top, depth=args.depth)
+    return 0
+
+
+class _progress:
+    """A spinner with an op count on stderr while tracing (silent with --json or no tty)."""
+
+    def __init__(self, args, label: str):
+        self.label = label
+        self.status = None
+        self.enabled = not args.json and sys.stderr.isatty()
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+
+            self.status = Console(stderr=True).status(f"{self.label} ...")
+            self.status.start()
+        return self.update
+
+    def update(self, count: int) -> None:
+        if self.status:
+            self.status.update(f"{self.label}: {count:,} ops recorded")
+
+    def __exit__(self, *exc):
+        if self.status:
+            self.status.stop()
+        return False
+
+
+def _add_model_options(p) -> None:
+    from .precision import POLICIES
+
+    p.add_argument("model", metavar="MODEL",
+                   help="torchvision:NAME, hf:NAME, timm:NAME or path/to/file.py:factory "
+                        "(a file runs your code)")  # fmt: skip
+    p.add_argument("--gpu", default="a100", help="catalogue id, alias, spec file, or 'cpu'")
+    p.add_argument("--precision", default="amp-bf16", choices=list(POLICIES))
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--train", dest="train", action="store_true", default=True,
+                      help="forward, backward and optimizer step (default)")  # fmt: skip
+    mode.add_argument("--infer", dest="train", action="store_false", help="forward only")
+    p.add_argument("--input", action="append", metavar="SHAPE",
+                   help="input shape like 8x3x224x224 or 4x128:int64 (repeatable)")  # fmt: skip
+    p.add_argument("--batch", type=_positive_int, help="batch size of the default inputs")
+    p.add_argument("--seq-len", type=_positive_int, help="sequence length of the default inputs")
+    p.add_argument("--optimizer", default="adamw",
+                   choices=["adamw", "adam", "sgd", "sgd-momentum", "adam8bit", "adafactor"])  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dlperf", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
@@ -73,6 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=_positive_int, default=1, help="batched GEMM count")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(func=cmd_gemm)
+
+    p = sub.add_parser("analyze", help="predict every op of a model's training or inference step")
+    _add_model_options(p)
+    p.add_argument("--top", type=_positive_int, default=15, help="ops to list")
+    p.add_argument("--depth", type=_positive_int, default=2, help="module tree depth")
+    p.set_defaults(func=cmd_analyze)
     return parser
 
 

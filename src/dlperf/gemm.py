@@ -35,7 +35,7 @@ TILES = (
 # A 256x128 tile fills one SM; smaller tiles share an SM, up to this many at once.
 SM_TILE_AREA = 256 * 128
 MAX_TILES_PER_SM = 8
-SPLIT_K_FACTORS = (1, 2, 3, 4, 6, 8, 12, 16)
+SPLIT_K_FACTORS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 MIN_K_PER_SPLIT = 128
 # Split-K partial sums are kept in fp32.
 PARTIAL_SUM_BYTES = 4
@@ -138,6 +138,7 @@ def predict_many(
     math_dtype: str | None = None,
     tile_shapes: tuple[tuple[int, int], ...] = TILES,
     split_factors: tuple[int, ...] = SPLIT_K_FACTORS,
+    tensor_bytes=None,
 ):
     """Price many GEMMs at once (numpy arrays of sizes); the best candidate per row.
 
@@ -145,8 +146,13 @@ def predict_many(
     tile_m, tile_n (-1 on a CPU), split_k, tiles, waves, tile_efficiency,
     wave_efficiency. `gemm()` is this with one row. Narrow `tile_shapes` or
     `split_factors` to price one kernel choice (sweeps and tests do).
+    `tensor_bytes` (per row, 0 for none) replaces the DRAM traffic where the
+    operands are implicit: a convolution's im2col matrix is never stored, the
+    kernel moves the tensors themselves.
     """
     m, n, k, batch = (np.asarray(x, dtype=np.int64) for x in (m, n, k, batch))
+    if tensor_bytes is not None:
+        tensor_bytes = np.asarray(tensor_bytes, dtype=float)
     dtype = check_dtype(dtype)
     math_dtype = check_dtype(math_dtype or dtype)
     unit = spec.unit(math_dtype)
@@ -188,6 +194,8 @@ def predict_many(
         sm_rate = rate / sms * (reuse / (reuse + eff.tile_reuse_knee))
         tile_eff = (m * n) / (tiles_m * tm * tiles_n * tn)
         dram_traffic = _dram_traffic(m, n, k, batch, in_bytes, out_bytes, tm, tn, per_sm, spec)
+        if tensor_bytes is not None:
+            dram_traffic = np.where(tensor_bytes > 0, tensor_bytes, dram_traffic)
         for split in split_factors:
             k_split = _ceil_div(k, split)
             tiles = output_tiles * split

@@ -35,6 +35,9 @@ class Gemm:
     dtype: str = "fp32"  # math dtype
     storage: str = "fp32"  # element dtype in memory
     role: str = ""  # e.g. "fprop", "dgrad", "wgrad", "recurrent"
+    # Bytes the kernel really moves when its operands are implicit (a
+    # convolution's im2col matrix is never stored); 0 means the GEMM's own.
+    tensor_bytes: float = 0.0
 
     @property
     def flops(self) -> float:

@@ -42,9 +42,10 @@ def _layout_cost(ctx: CostContext, math_dtype: str, tensors: list[TensorMeta]) -
     return extra, ("NCHW: Tensor Core kernels transpose to NHWC",)
 
 
-def _gemm(ctx, x: TensorMeta, m, n, k, groups, role) -> Gemm:
+def _gemm(ctx, x: TensorMeta, m, n, k, groups, role, tensor_bytes) -> Gemm:
     return Gemm(m, n, k, batch=groups, dtype=ctx.precision.contraction_dtype(x.dtype),
-                storage=DTYPE_NAMES.get(x.dtype, "fp32"), role=role)  # fmt: skip
+                storage=DTYPE_NAMES.get(x.dtype, "fp32"), role=role,
+                tensor_bytes=tensor_bytes)  # fmt: skip
 
 
 @register("aten.convolution", "aten._convolution", "aten.cudnn_convolution",
@@ -56,11 +57,12 @@ def convolution(e: OpEvent, ctx: CostContext) -> Cost:
     groups = int(e.args[8]) if len(e.args) > 8 and isinstance(e.args[8], int) else 1
     out = e.outputs[0]
     n, in_px, out_px, c_g, k_g, taps = _dims(x, w, out, transposed, groups)
-    if transposed:
-        g = _gemm(ctx, x, n * in_px, k_g * taps, c_g, groups, "fprop")
-    else:
-        g = _gemm(ctx, x, n * out_px, k_g, c_g * taps, groups, "fprop")
     read = x.nbytes + w.nbytes + (bias.nbytes if bias else 0)
+    moved = read + out.nbytes
+    if transposed:
+        g = _gemm(ctx, x, n * in_px, k_g * taps, c_g, groups, "fprop", moved)
+    else:
+        g = _gemm(ctx, x, n * out_px, k_g, c_g * taps, groups, "fprop", moved)
     extra, notes = _layout_cost(ctx, g.dtype, [x, out])
     return Cost(flops=g.flops, bytes_read=read + extra / 2, bytes_written=out.nbytes + extra / 2,
                 category="contraction", family="conv", gemms=(g,), notes=notes)  # fmt: skip
@@ -77,15 +79,15 @@ def convolution_backward(e: OpEvent, ctx: CostContext) -> Cost:
     n, in_px, out_px, c_g, k_g, taps = _dims(x, w, grad_out, transposed, groups)
     gemms, read, written = [], 0, 0
     if mask[0]:  # data gradient
-        if transposed:
-            gemms.append(_gemm(ctx, x, n * in_px, c_g, k_g * taps, groups, "dgrad"))
-        else:
-            gemms.append(_gemm(ctx, x, n * out_px, c_g, k_g * taps, groups, "dgrad"))
+        moved = grad_out.nbytes + w.nbytes + x.nbytes
+        rows = n * (in_px if transposed else out_px)
+        gemms.append(_gemm(ctx, x, rows, c_g, k_g * taps, groups, "dgrad", moved))
         read += grad_out.nbytes + w.nbytes
         written += x.nbytes
     if mask[1]:  # weight gradient
         pixels = n * (in_px if transposed else out_px)
-        gemms.append(_gemm(ctx, x, k_g, c_g * taps, pixels, groups, "wgrad"))
+        moved = grad_out.nbytes + x.nbytes + w.nbytes
+        gemms.append(_gemm(ctx, x, k_g, c_g * taps, pixels, groups, "wgrad", moved))
         read += grad_out.nbytes + x.nbytes
         written += w.nbytes
     flops = sum(g.flops for g in gemms)

@@ -71,3 +71,109 @@ def gemm_report(r, console: Console | None = None) -> None:
     console.print(table)
     for note in r.notes:
         console.print(f"  - {note}")
+
+
+def _short_op(op: str) -> str:
+    name = op.split(".")[1] if op.startswith("aten.") else op
+    return name
+
+
+def _shapes_text(shapes, limit: int = 3) -> str:
+    parts = ["x".join(str(s) for s in shape) or "scalar" for shape in shapes[:limit]]
+    return ", ".join(parts) + (", ..." if len(shapes) > limit else "")
+
+
+def _losses(row) -> str:
+    found = []
+    for g in row.gemms:
+        if row.bound == "memory":
+            break  # quantization cannot matter to a kernel waiting on memory
+        if g.tile_efficiency < 0.9:
+            found.append(f"tile {g.tile_efficiency:.0%}")
+        if g.waves > 1 and g.wave_efficiency < 0.75:
+            found.append(f"wave {g.wave_efficiency:.0%}")
+        elif g.waves == 1 and g.wave_efficiency < 0.5:
+            found.append(f"fills {g.wave_efficiency:.0%} of SMs")
+        bad = [d.upper() for d, v in g.alignment.items() if v != "ok"]
+        if bad:
+            found.append(f"align {'/'.join(bad)}")
+    for note in row.notes:
+        if note.startswith("NCHW"):
+            found.append("NCHW")
+        elif note.startswith("persistent"):
+            found.append("persistent RNN ok")
+    if not row.supported:
+        found.append("UNSUPPORTED (priced as memory-bound)")
+    return "; ".join(dict.fromkeys(found))
+
+
+def _wide_console() -> Console:
+    """A console at least 140 columns wide when the output is not a terminal."""
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=140)
+    return console
+
+
+_PHASE = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
+
+
+def analysis_report(a, top: int = 15, depth: int = 2, console: Console | None = None) -> None:
+    console = console or _wide_console()
+    totals = a.totals
+    mode = "training step" if a.training else "inference step"
+    console.print(
+        f"[bold]{a.model}[/] on [bold]{a.gpu}[/], {a.precision}, {mode}: "
+        f"{a.params / 1e6:,.1f} M parameters, batch {a.batch}"
+    )
+    tput = a.throughput
+    rate = f"{tput.get('samples_per_s', 0):,.1f} samples/s"
+    if "tokens_per_s" in tput:
+        rate += f", {tput['tokens_per_s']:,.0f} tokens/s"
+    console.print(
+        f"predicted step time [bold]{seconds(totals['time_s'])}[/] ({rate}); "
+        f"{_si(totals['flops'], 'FLOP')}, {_si(totals['bytes'], 'B')} moved, "
+        f"{totals['kernels']} kernels; MFU {a.mfu:.0%}"
+    )
+
+    table = Table(title=f"top {top} ops by predicted time")
+    for col in ("module", "op", "phase", "shapes", "dtype", "bound", "time", "%", "losses"):
+        table.add_column(col, overflow="fold")
+    for r in a.top(top):
+        table.add_row(r.module or "(model)", _short_op(r.op), _PHASE.get(r.phase, r.phase),
+                      _shapes_text(r.shapes, 2),
+                      r.dtype, r.bound, seconds(r.time_s),
+                      f"{r.time_s / totals['time_s']:.1%}" if totals["time_s"] else "",
+                      _losses(r))  # fmt: skip
+    console.print(table)
+
+    cats = Table(title="by category (the guides' % FLOP vs % runtime)")
+    for col in ("category", "% FLOP", "% time", "time"):
+        cats.add_column(col, justify="right" if col != "category" else "left")
+    for name, c in a.categories.items():
+        if not c["flops"] and not c["time_s"]:
+            continue
+        cats.add_row(name, f"{c['flops'] / max(totals['flops'], 1):.2%}",
+                     f"{c['time_s'] / max(totals['time_s'], 1e-30):.1%}", seconds(c["time_s"]))  # fmt: skip
+    console.print(cats)
+
+    phases = Table(title="by phase")
+    for col in ("phase", "FLOPs", "time", "% time"):
+        phases.add_column(col, justify="right" if col != "phase" else "left")
+    for name, p in a.phases.items():
+        phases.add_row(name, _si(p["flops"], "FLOP"), seconds(p["time_s"]),
+                       f"{p['time_s'] / max(totals['time_s'], 1e-30):.1%}")  # fmt: skip
+    console.print(phases)
+
+    modules = Table(title=f"by module (depth {depth}, top 20)")
+    for col in ("module", "ops", "time", "% time"):
+        modules.add_column(col, justify="right" if col != "module" else "left")
+    ranked = sorted(a.modules(depth).items(), key=lambda kv: kv[1]["time_s"], reverse=True)
+    for name, m in ranked[:20]:
+        modules.add_row(name, str(m["ops"]), seconds(m["time_s"]),
+                        f"{m['time_s'] / max(totals['time_s'], 1e-30):.1%}")  # fmt: skip
+    console.print(modules)
+
+    if a.unsupported_ops:
+        listed = ", ".join(f"{op} x{n}" for op, n in sorted(a.unsupported_ops.items()))
+        console.print(f"[yellow]unsupported ops (priced as memory-bound on their tensors):[/] {listed}")
