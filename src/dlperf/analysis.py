@@ -63,6 +63,11 @@ class OpRow:
     notes: list[str] = field(default_factory=list)
     supported: bool = True
 
+    @property
+    def gemm_flops(self) -> float:
+        """FLOPs of the op's GEMMs alone (no bias, softmax or gate arithmetic)."""
+        return sum(2.0 * g.m * g.n * g.k * g.batch * g.count for g in self.gemms)
+
     def to_dict(self) -> dict:
         out = {k: v for k, v in self.__dict__.items() if k != "gemms"}
         out["gemms"] = [g.to_dict() for g in self.gemms]

@@ -66,6 +66,41 @@ def parse_input(text: str) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
+# -- building without weights -------------------------------------------------
+
+
+class _ParametersOnMeta:
+    """Build a model with every parameter and buffer moved to the meta device
+    as it is registered, while the rest of the constructor's arithmetic runs
+    normally (for constructors that compute sizes with tensors)."""
+
+    def __enter__(self):
+        self.register_parameter = nn.Module.register_parameter
+        original = self.register_parameter
+
+        def register_parameter(module, name, param):
+            if param is not None:
+                param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+            original(module, name, param)
+
+        nn.Module.register_parameter = register_parameter
+        return self
+
+    def __exit__(self, *exc):
+        nn.Module.register_parameter = self.register_parameter
+        return False
+
+
+def build_without_weights(factory, *args, **kwargs) -> nn.Module:
+    """`factory(...)` on the meta device, or with parameters sent there one by one."""
+    try:
+        with torch.device("meta"):
+            return factory(*args, **kwargs)
+    except (NotImplementedError, RuntimeError):
+        with _ParametersOnMeta():
+            return factory(*args, **kwargs)
+
+
 # -- torchvision -------------------------------------------------------------
 
 _IMAGE_SIZES = {"inception_v3": 299}
@@ -84,8 +119,7 @@ def _torchvision(name: str, batch: int, image: int | None) -> LoadedModel:
         if name in ("inception_v3", "googlenet")
         else {}
     )
-    with torch.device("meta"):
-        model = torchvision.models.get_model(name, weights=None, **kwargs)
+    model = build_without_weights(torchvision.models.get_model, name, weights=None, **kwargs)
     size = image or _IMAGE_SIZES.get(name, DEFAULT_IMAGE)
     x = torch.empty(batch, 3, size, size, device="meta")
     return LoadedModel(f"torchvision:{name}", model, x, "vision")
@@ -165,6 +199,7 @@ def _hf(spec: str, batch: int, seq_len: int | None) -> LoadedModel:
     else:
         choices = list(HF_PRESETS) + list(CONFIG_MAPPING.keys())
         raise DlperfError(f"unknown Hugging Face model {name!r}; {_near(name, choices)}")
+    transformers.logging.set_verbosity_error()  # no chatter about configs on our stdout
     config = CONFIG_MAPPING[model_type]()
     for key, value in overrides.items():
         setattr(config, key, value)
@@ -184,8 +219,7 @@ def _hf(spec: str, batch: int, seq_len: int | None) -> LoadedModel:
             setattr(config, attr, False)
     seq = seq_len or min(DEFAULT_SEQ_LEN, _max_positions(config))
     auto = getattr(transformers, _TASKS[task])
-    with torch.device("meta"):
-        model = auto.from_config(config)
+    model = build_without_weights(auto.from_config, config)
     ids = torch.zeros(batch, seq, dtype=torch.int64, device="meta")
     inputs = {"input_ids": ids, "labels": ids}
     if task == "seq2seq":
@@ -212,8 +246,7 @@ def _timm(name: str, batch: int, image: int | None) -> LoadedModel:
     names = timm.list_models()
     if name not in names:
         raise DlperfError(f"unknown timm model {name!r}; {_near(name, names)}")
-    with torch.device("meta"):
-        model = timm.create_model(name, pretrained=False)
+    model = build_without_weights(timm.create_model, name, pretrained=False)
     size = image or model.default_cfg.get("input_size", (3, DEFAULT_IMAGE, DEFAULT_IMAGE))[-1]
     return LoadedModel(f"timm:{name}", model, torch.empty(batch, 3, size, size, device="meta"),
                        "vision")  # fmt: skip

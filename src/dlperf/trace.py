@@ -102,6 +102,8 @@ class OpEvent:
     @property
     def packet(self) -> str:
         """The overload packet, e.g. "aten.mm" for "aten.mm.default"."""
+        if not self.op.startswith(("aten.", "prims.")):
+            return self.op  # dlperf's own module-level events have no overloads
         return self.op.rsplit(".", 1)[0] if self.op.count(".") >= 2 else self.op
 
     def tensors(self) -> list[TensorMeta]:

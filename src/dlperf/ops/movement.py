@@ -87,7 +87,10 @@ def gather(e: OpEvent, ctx: CostContext) -> Cost:
           "aten.scatter_reduce", "aten.scatter_reduce_", "aten.index_add", "aten.index_add_",
           "aten.index_copy", "aten.index_copy_", "aten.index_fill", "aten.index_fill_",
           "aten.embedding_dense_backward", "aten.embedding_backward",
-          "aten._embedding_bag_backward")  # fmt: skip
+          "aten._embedding_bag_backward", "aten.select_backward", "aten.slice_backward",
+          "aten.diagonal_backward", "aten.unfold_backward", "aten.slice_scatter",
+          "aten.select_scatter", "aten.diagonal_scatter", "aten.as_strided_scatter",
+          "aten.masked_scatter_backward", "aten.index_select_backward")  # fmt: skip
 def scatter(e: OpEvent, ctx: CostContext) -> Cost:
     # writes the whole destination (zero it, then accumulate), reads the sources
     return Cost(flops=sum(t.numel for t in tensor_args(e)[:1]), bytes_read=in_bytes(e),
