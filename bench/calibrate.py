@@ -23,13 +23,20 @@ from scipy.optimize import minimize
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from accuracy import ape, predict_group  # noqa: E402
+from scipy.optimize import minimize_scalar  # noqa: E402
+
+from accuracy import ape, harness_floor_s, predict_group  # noqa: E402
 from dlperf.hardware import gpu  # noqa: E402
 from dlperf.hardware.spec import ARCHITECTURES_FILE, _architecture_defaults  # noqa: E402
+from dlperf.ops import CostContext, cost_of, norm  # noqa: E402
+from dlperf.precision import precision  # noqa: E402
+from dlperf.roofline import streaming_time_s  # noqa: E402
+from memory_ops import load_groups as load_memory_groups  # noqa: E402
+from memory_ops import trace_shapes  # noqa: E402
 from sources import Group, load_gemm_groups  # noqa: E402
 
 ROWS_PER_GROUP = 2500
-# Constants every family fits, with the bounds that keep them physical.
+# GEMM constants every family fits, with the bounds that keep them physical.
 BOUNDS = {
     "dram_efficiency": (0.4, 1.0),
     "simt_math_efficiency": (0.3, 1.1),
@@ -102,6 +109,95 @@ def fit_family(family: str, groups: list[Group], start: dict) -> tuple[dict, flo
     return values, before, best.fun
 
 
+# -- memory-bound ops -----------------------------------------------------------
+
+STREAM_BOUNDS = {"streaming_dram_efficiency": (0.3, 0.95), "saturation_bytes_per_sm": (512, 262144)}
+STREAM_START = {"streaming_dram_efficiency": 0.8, "saturation_bytes_per_sm": 32768.0}
+READS = {"layernorm": "LAYER_NORM_READS", "softmax": "SOFTMAX_READS"}
+
+
+def _costed(trace, spec) -> tuple[float, float, float, int]:
+    """(bytes with one read, bytes per extra read, FLOPs, kernels) of a one-op trace."""
+    ctx = CostContext(precision("fp32"), spec)
+    totals = []
+    saved = norm.LAYER_NORM_READS, norm.SOFTMAX_READS
+    for reads in (1.0, 2.0):
+        norm.LAYER_NORM_READS = norm.SOFTMAX_READS = reads
+        costs = [c for c in (cost_of(e, ctx) for e in trace.events) if c and c.category != "view"]
+        totals.append((sum(c.bytes for c in costs), sum(c.flops for c in costs),
+                       sum(c.kernels for c in costs)))  # fmt: skip
+    norm.LAYER_NORM_READS, norm.SOFTMAX_READS = saved
+    (b1, flops, kernels), (b2, _, _) = totals
+    return b1, b2 - b1, flops, kernels
+
+
+def memory_arrays(groups, traces) -> list[dict]:
+    out = []
+    for g in groups:
+        spec = gpu(g.gpu)
+        rows = np.array([_costed(traces[shape], spec) for shape in g.keys], dtype=float)
+        out.append({"group": g, "bytes": rows[:, 0], "extra": rows[:, 1], "flops": rows[:, 2],
+                    "kernels": rows[:, 3]})  # fmt: skip
+    return out
+
+
+def _memory_error(arrays, efficiency: dict[str, dict], reads: dict[str, float]) -> list[float]:
+    medians = []
+    for a in arrays:
+        g = a["group"]
+        base = gpu(g.gpu)
+        values = efficiency.get(base.architecture, {})
+        spec = dataclasses.replace(base, efficiency=dataclasses.replace(base.efficiency, **values))
+        n_reads = reads.get(g.op, 1.0)
+        moved = a["bytes"] + (n_reads - 1.0) * a["extra"]
+        pred = streaming_time_s(moved, spec, a["flops"])
+        pred = pred + (a["kernels"] - 1) * spec.efficiency.kernel_latency_s
+        floor = harness_floor_s(pred, g.time_s)
+        medians.append(float(np.median(ape(pred + floor, g.time_s))))
+    return medians
+
+
+def fit_memory(arrays, gemm_fits: dict[str, dict]) -> tuple[dict, dict, dict]:
+    """Per family: streaming efficiency and saturation bytes, on element-wise ops;
+    then, for all GPUs at once, the effective reads of layer norm and softmax."""
+    fits, notes = {}, {}
+    families = {}
+    for a in arrays:
+        if a["group"].op.split(" ")[0] not in READS:
+            families.setdefault(gpu(a["group"].gpu).architecture, []).append(a)
+    for family, members in sorted(families.items()):
+        names = list(STREAM_BOUNDS)
+
+        def values(x, names=names):
+            return {n: float(np.clip(np.exp(v), *STREAM_BOUNDS[n]))
+                    for n, v in zip(names, x, strict=True)}  # fmt: skip
+
+        def objective(x, family=family, members=members):
+            eff = {family: {**gemm_fits.get(family, {}), **values(x)}}
+            return float(np.mean(_memory_error(members, eff, {})))
+
+        x0 = np.log([STREAM_START[n] for n in names])
+        simplex = np.vstack([x0] + [x0 + 0.4 * np.eye(len(names))[i] for i in range(len(names))])
+        best = minimize(objective, x0, method="Nelder-Mead",
+                        options={"initial_simplex": simplex, "maxiter": 200})  # fmt: skip
+        fits[family] = values(best.x)
+        notes[family] = f"element-wise fit on {len(members)} groups: {best.fun:.1%}"
+    efficiency = {
+        f: {**gemm_fits.get(f, {}), **fits.get(f, {})} for f in set(gemm_fits) | set(fits)
+    }
+    reads = {}
+    for op in READS:
+        members = [a for a in arrays if a["group"].op == op]
+
+        def objective(r, op=op, members=members):
+            return float(np.mean(_memory_error(members, efficiency, {op: r})))
+
+        best = minimize_scalar(objective, bounds=(1.0, 3.0), method="bounded")
+        reads[op] = float(best.x)
+        notes[op] = f"{len(members)} groups: mean group median error {best.fun:.1%}"
+    return fits, reads, notes
+
+
 def _fit_job(job):
     return fit_family(*job)
 
@@ -131,6 +227,8 @@ def render(defaults: dict, fitted: dict[str, dict], notes: dict[str, str]) -> st
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help=f"rewrite {ARCHITECTURES_FILE.name}")
+    parser.add_argument("--skip-gemm", action="store_true",
+                        help="keep the GEMM constants as they are; fit the memory-bound ones")  # fmt: skip
     args = parser.parse_args()
     defaults = _architecture_defaults()
     groups = load_gemm_groups()
@@ -143,8 +241,12 @@ def main() -> int:
         start = dict(defaults["default"])
         start.update({k: v for k, v in defaults.get(family, {}).items() if k in BOUNDS})
         jobs.append((family, members, start))
-    with ProcessPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(_fit_job, jobs))
+    if args.skip_gemm:
+        results = [({k: v for k, v in start.items() if k in _free_names(members)},
+                    float("nan"), float("nan")) for _, members, start in jobs]  # fmt: skip
+    else:
+        with ProcessPoolExecutor(max_workers=2) as pool:
+            results = list(pool.map(_fit_job, jobs))
     for (family, members, _), (values, before, after) in zip(jobs, results, strict=True):
         fitted[family] = values
         devices = sorted({g.gpu for g in members})
@@ -153,12 +255,32 @@ def main() -> int:
         print(f"{family}: {notes[family]}")
         for key, value in values.items():
             print(f"  {key} = {value:.4g}")
+    print("memory-bound ops: tracing one-op modules ...")
+    memory_groups, needed = load_memory_groups()
+    arrays = memory_arrays(memory_groups, trace_shapes(needed))
+    stream, reads, stream_notes = fit_memory(arrays, fitted)
+    for family, values in stream.items():
+        fitted[family] = {**fitted.get(family, {}), **values}
+        notes[family] += f"; {stream_notes[family]}"
+        print(f"{family}: {stream_notes[family]}: {values}")
+    if "maxwell" in fitted and "pascal" in stream:  # no memory-bound data on Maxwell
+        fitted["maxwell"].update(stream["pascal"])
+        notes["maxwell"] += "; streaming constants from pascal (no measurements)"
+    for op, value in reads.items():
+        print(f"{op}: {value:.3f} effective reads ({stream_notes[op]})")
     for family, parent in INHERIT.items():
         notes[family] = f"no measurements: inherits the {parent} constants"
     text = render(defaults, fitted, notes)
     if args.write:
         ARCHITECTURES_FILE.write_text(text)
         print(f"wrote {ARCHITECTURES_FILE}")
+        norm.CALIBRATION_FILE.write_text(
+            "# Constants of PyTorch's memory-bound kernels, the same on every GPU.\n"
+            "# Written by bench/calibrate.py from the measured data in ../shared/data.\n"
+            f"layer_norm_reads = {reads['layernorm']:.4g}\n"
+            f"softmax_reads = {reads['softmax']:.4g}\n"
+        )
+        print(f"wrote {norm.CALIBRATION_FILE}")
     return 0
 
 

@@ -139,7 +139,11 @@ def time_cost(cost: Cost, spec: HardwareSpec, timer: _GemmTimer, dtype: str = "f
     """(seconds, bound, gemm rows) of one costed op on `spec`."""
     eff = spec.efficiency
     if not cost.gemms:
-        t = streaming_time_s(cost.bytes, spec, cost.flops, dtype) if cost.bytes or cost.flops else 0
+        t = (
+            float(streaming_time_s(cost.bytes, spec, cost.flops, dtype))
+            if cost.bytes or cost.flops
+            else 0.0
+        )
         t += max(0, cost.kernels - 1) * eff.kernel_latency_s
         if t == 0:
             return 0.0, "latency", []

@@ -74,7 +74,9 @@ def cmd_analyze(args) -> int:
     loaded = load_model(args.model, batch=args.batch, seq_len=args.seq_len)
     inputs = _model_inputs(args)
     if inputs is not None and loaded.family == "sequence" and not isinstance(inputs, tuple):
-        inputs = {"input_ids": inputs, "labels": inputs} if not inputs.is_floating_point() else inputs
+        inputs = (
+            {"input_ids": inputs, "labels": inputs} if not inputs.is_floating_point() else inputs
+        )
     inputs = loaded.inputs if inputs is None else inputs
     with _progress(args, f"tracing {loaded.name}") as progress:
         result = analyze(loaded.module, inputs, gpu=args.gpu, precision=args.precision,

@@ -6,6 +6,8 @@ are those a kernel must move to and from device memory; times are seconds.
 
 from __future__ import annotations
 
+import numpy as np
+
 BOUNDS = ("math", "memory", "latency")
 
 
@@ -41,20 +43,21 @@ def limiter(math_time_s: float, memory_time_s: float, latency_time_s: float) -> 
     return "math" if math_time_s >= memory_time_s else "memory"
 
 
-def streaming_time_s(bytes_moved: float, spec, flops: float = 0.0, dtype: str = "fp32") -> float:
+def streaming_time_s(bytes_moved, spec, flops=0.0, dtype: str = "fp32"):
     """Time of a memory-bound kernel (element-wise, reduction, normalization, copy).
 
     A kernel pays its launch latency, then moves its bytes at the attainable
     bandwidth; a tensor too small to keep every SM's share of bytes in flight
     draws proportionally less (the small-tensor plateau of seed 000, figures
-    1-3). Its arithmetic runs on CUDA cores and rarely matters.
+    1-3). Its arithmetic runs on CUDA cores and rarely matters. Works on
+    numbers and on numpy arrays alike.
     """
     eff = spec.efficiency
     in_flight = spec.sm_count * eff.saturation_bytes_per_sm
-    share = min(1.0, max(bytes_moved, 1.0) / in_flight * eff.sm_bandwidth_share)
-    bandwidth = spec.memory_bandwidth_bytes_per_s * eff.dram_efficiency * min(1.0, share)
+    share = np.minimum(1.0, np.maximum(bytes_moved, 1.0) / in_flight * eff.sm_bandwidth_share)
+    bandwidth = spec.memory_bandwidth_bytes_per_s * eff.streaming_dram_efficiency * share
     math_rate = spec.peak_flops_per_s(dtype if spec.has_dtype(dtype) else _any_dtype(spec))
-    return eff.kernel_latency_s + max(bytes_moved / bandwidth, flops / math_rate)
+    return eff.kernel_latency_s + np.maximum(bytes_moved / bandwidth, flops / math_rate)
 
 
 def _any_dtype(spec) -> str:

@@ -48,6 +48,9 @@ class Efficiency:
 
     # Fraction of the datasheet bandwidth a large streaming kernel reaches.
     dram_efficiency: float = 0.85
+    # Fraction of the datasheet bandwidth a large element-wise or reduction
+    # kernel reaches (simpler access patterns than a GEMM's).
+    streaming_dram_efficiency: float = 0.85
     # Fraction of peak a large GEMM main loop reaches, Tensor Core and CUDA core paths.
     tensor_math_efficiency: float = 0.85
     simt_math_efficiency: float = 0.85

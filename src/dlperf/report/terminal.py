@@ -176,4 +176,6 @@ def analysis_report(a, top: int = 15, depth: int = 2, console: Console | None = 
 
     if a.unsupported_ops:
         listed = ", ".join(f"{op} x{n}" for op, n in sorted(a.unsupported_ops.items()))
-        console.print(f"[yellow]unsupported ops (priced as memory-bound on their tensors):[/] {listed}")
+        console.print(
+            f"[yellow]unsupported ops (priced as memory-bound on their tensors):[/] {listed}"
+        )
