@@ -66,12 +66,19 @@ def evaluate(groups: list[Group]) -> list[dict]:
     for g in groups:
         p = predict_group(g)
         err, base = ape(p["model"], g.time_s), ape(p["roofline"], g.time_s)
-        rows.append({
-            "group": g.key, "rows": len(g), "timing": g.timing, "floor_s": p["floor_s"],
-            "median": float(np.median(err)), "p90": float(np.percentile(err, 90)),
-            "roof_median": float(np.median(base)), "roof_p90": float(np.percentile(base, 90)),
-            "signed_median": float(np.median((p["model"] - g.time_s) / g.time_s)),
-        })  # fmt: skip
+        rows.append(
+            {
+                "group": g.key,
+                "rows": len(g),
+                "timing": g.timing,
+                "floor_s": p["floor_s"],
+                "median": float(np.median(err)),
+                "p90": float(np.percentile(err, 90)),
+                "roof_median": float(np.median(base)),
+                "roof_p90": float(np.percentile(base, 90)),
+                "signed_median": float(np.median((p["model"] - g.time_s) / g.time_s)),
+            }
+        )
     return rows
 
 
@@ -85,18 +92,34 @@ def evaluate_memory() -> list[dict]:
     rows = []
     for g, kernel in zip(groups, preds, strict=True):
         spec = gpu(g.gpu)
-        moved = np.array([sum(t.nbytes for e in traces[s].events for t in (*e.tensors(), *e.outputs)
-                              if not e.op.startswith(_VIEWS)) for s in g.keys])  # fmt: skip
+        moved = np.array(
+            [
+                sum(
+                    t.nbytes
+                    for e in traces[s].events
+                    for t in (*e.tensors(), *e.outputs)
+                    if not e.op.startswith(_VIEWS)
+                )
+                for s in g.keys
+            ]
+        )
         roof = moved / spec.memory_bandwidth_bytes_per_s
         floor = harness_floor_s(kernel, g.time_s)
         err, base = ape(kernel + floor, g.time_s), ape(roof + floor, g.time_s)
-        rows.append({
-            "group": g.key, "rows": len(g.time_s), "timing": "eager", "floor_s": floor,
-            "median": float(np.median(err)), "p90": float(np.percentile(err, 90)),
-            "roof_median": float(np.median(base)), "roof_p90": float(np.percentile(base, 90)),
-            "signed_median": float(np.median((kernel + floor - g.time_s) / g.time_s)),
-            "target": TARGET_MEMORY_APE,
-        })  # fmt: skip
+        rows.append(
+            {
+                "group": g.key,
+                "rows": len(g.time_s),
+                "timing": "eager",
+                "floor_s": floor,
+                "median": float(np.median(err)),
+                "p90": float(np.percentile(err, 90)),
+                "roof_median": float(np.median(base)),
+                "roof_p90": float(np.percentile(base, 90)),
+                "signed_median": float(np.median((kernel + floor - g.time_s) / g.time_s)),
+                "target": TARGET_MEMORY_APE,
+            }
+        )
     return rows
 
 
@@ -112,18 +135,35 @@ def verdict(row: dict) -> str:
 
 
 def table(rows: list[dict], markdown: bool) -> str:
-    head = ["group", "rows", "timing", "floor us", "median", "p90", "bias", "roofline median",
-            "roofline p90", "target"]  # fmt: skip
+    head = [
+        "group",
+        "rows",
+        "timing",
+        "floor us",
+        "median",
+        "p90",
+        "bias",
+        "roofline median",
+        "roofline p90",
+        "target",
+    ]
     lines = []
     if markdown:
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "|".join("---" for _ in head) + "|")
     for r in rows:
         cells = [
-            r["group"], str(r["rows"]), r["timing"], f"{r['floor_s'] * 1e6:.0f}",
-            f"{r['median']:.1%}", f"{r['p90']:.1%}", f"{r['signed_median']:+.1%}",
-            f"{r['roof_median']:.1%}", f"{r['roof_p90']:.1%}", verdict(r),
-        ]  # fmt: skip
+            r["group"],
+            str(r["rows"]),
+            r["timing"],
+            f"{r['floor_s'] * 1e6:.0f}",
+            f"{r['median']:.1%}",
+            f"{r['p90']:.1%}",
+            f"{r['signed_median']:+.1%}",
+            f"{r['roof_median']:.1%}",
+            f"{r['roof_p90']:.1%}",
+            verdict(r),
+        ]
         lines.append("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells))
     return "\n".join(lines)
 
@@ -143,8 +183,10 @@ def main() -> int:
         graded = [r for r in rows if r["rows"] >= MIN_ROWS_FOR_TARGET]
         met = sum(verdict(r) == "ok" for r in graded)
         total = sum(r["rows"] for r in rows)
-        print(f"\n{met}/{len(graded)} groups with >= {MIN_ROWS_FOR_TARGET} rows meet the target; "
-              f"{total} rows")  # fmt: skip
+        print(
+            f"\n{met}/{len(graded)} groups with >= {MIN_ROWS_FOR_TARGET} rows meet the target; "
+            f"{total} rows"
+        )
     print(f"\n{time.perf_counter() - start:.1f} s in all")
     return 0
 

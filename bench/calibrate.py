@@ -70,15 +70,23 @@ def _subsample(group: Group, rng) -> Group:
 def _free_names(groups: list[Group]) -> list[str]:
     tensor = any(gpu(g.gpu).uses_tensor_cores(g.math_dtype) for g in groups)
     simt = any(not gpu(g.gpu).uses_tensor_cores(g.math_dtype) for g in groups)
-    names = ["dram_efficiency", "tile_reuse_knee", "tile_fixed_cycles", "kernel_latency_s",
-             "sm_bandwidth_share"]  # fmt: skip
+    names = [
+        "dram_efficiency",
+        "tile_reuse_knee",
+        "tile_fixed_cycles",
+        "kernel_latency_s",
+        "sm_bandwidth_share",
+    ]
     if any((g.b > 1).any() for g in groups):
         names.append("batched_min_tile_area")
     if simt:
         names += ["simt_math_efficiency", "simt_watts_per_core_ghz"]
     if tensor:
-        names += ["tensor_math_efficiency", "misaligned_tensor_efficiency",
-                  "tensor_watts_per_sm_ghz"]  # fmt: skip
+        names += [
+            "tensor_math_efficiency",
+            "misaligned_tensor_efficiency",
+            "tensor_watts_per_sm_ghz",
+        ]
     return names
 
 
@@ -102,9 +110,13 @@ def fit_family(family: str, groups: list[Group], start: dict) -> tuple[dict, flo
     # Steps of ~35% in every constant, so Nelder-Mead explores beyond the start.
     simplex = np.vstack([x0] + [x0 + 0.3 * np.eye(len(names))[i] for i in range(len(names))])
     before = _objective(x0, names, groups, specs)
-    best = minimize(_objective, x0, args=(names, groups, specs), method="Nelder-Mead",
-                    options={"maxiter": 800, "xatol": 1e-3, "fatol": 1e-4,
-                             "initial_simplex": simplex})  # fmt: skip
+    best = minimize(
+        _objective,
+        x0,
+        args=(names, groups, specs),
+        method="Nelder-Mead",
+        options={"maxiter": 800, "xatol": 1e-3, "fatol": 1e-4, "initial_simplex": simplex},
+    )
     values = {n: float(np.clip(np.exp(v), *BOUNDS[n])) for n, v in zip(names, best.x, strict=True)}
     return values, before, best.fun
 
@@ -124,8 +136,13 @@ def _costed(trace, spec) -> tuple[float, float, float, int]:
     for reads in (1.0, 2.0):
         norm.LAYER_NORM_READS = norm.SOFTMAX_READS = reads
         costs = [c for c in (cost_of(e, ctx) for e in trace.events) if c and c.category != "view"]
-        totals.append((sum(c.bytes for c in costs), sum(c.flops for c in costs),
-                       sum(c.kernels for c in costs)))  # fmt: skip
+        totals.append(
+            (
+                sum(c.bytes for c in costs),
+                sum(c.flops for c in costs),
+                sum(c.kernels for c in costs),
+            )
+        )
     norm.LAYER_NORM_READS, norm.SOFTMAX_READS = saved
     (b1, flops, kernels), (b2, _, _) = totals
     return b1, b2 - b1, flops, kernels
@@ -136,8 +153,15 @@ def memory_arrays(groups, traces) -> list[dict]:
     for g in groups:
         spec = gpu(g.gpu)
         rows = np.array([_costed(traces[shape], spec) for shape in g.keys], dtype=float)
-        out.append({"group": g, "bytes": rows[:, 0], "extra": rows[:, 1], "flops": rows[:, 2],
-                    "kernels": rows[:, 3]})  # fmt: skip
+        out.append(
+            {
+                "group": g,
+                "bytes": rows[:, 0],
+                "extra": rows[:, 1],
+                "flops": rows[:, 2],
+                "kernels": rows[:, 3],
+            }
+        )
     return out
 
 
@@ -169,8 +193,10 @@ def fit_memory(arrays, gemm_fits: dict[str, dict]) -> tuple[dict, dict, dict]:
         names = list(STREAM_BOUNDS)
 
         def values(x, names=names):
-            return {n: float(np.clip(np.exp(v), *STREAM_BOUNDS[n]))
-                    for n, v in zip(names, x, strict=True)}  # fmt: skip
+            return {
+                n: float(np.clip(np.exp(v), *STREAM_BOUNDS[n]))
+                for n, v in zip(names, x, strict=True)
+            }
 
         def objective(x, family=family, members=members):
             eff = {family: {**gemm_fits.get(family, {}), **values(x)}}
@@ -178,8 +204,12 @@ def fit_memory(arrays, gemm_fits: dict[str, dict]) -> tuple[dict, dict, dict]:
 
         x0 = np.log([STREAM_START[n] for n in names])
         simplex = np.vstack([x0] + [x0 + 0.4 * np.eye(len(names))[i] for i in range(len(names))])
-        best = minimize(objective, x0, method="Nelder-Mead",
-                        options={"initial_simplex": simplex, "maxiter": 200})  # fmt: skip
+        best = minimize(
+            objective,
+            x0,
+            method="Nelder-Mead",
+            options={"initial_simplex": simplex, "maxiter": 200},
+        )
         fits[family] = values(best.x)
         notes[family] = f"element-wise fit on {len(members)} groups: {best.fun:.1%}"
     efficiency = {
@@ -208,8 +238,17 @@ def render(defaults: dict, fitted: dict[str, dict], notes: dict[str, str]) -> st
     out.append("[default]")
     for key, value in defaults["default"].items():
         out.append(f"{key} = {value!r}")
-    for family in ("maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell",
-                   "cpu"):  # fmt: skip
+    for family in (
+        "maxwell",
+        "pascal",
+        "volta",
+        "turing",
+        "ampere",
+        "ada",
+        "hopper",
+        "blackwell",
+        "cpu",
+    ):
         out.append("")
         if family in notes:
             out.append(f"# {notes[family]}")
@@ -219,16 +258,20 @@ def render(defaults: dict, fitted: dict[str, dict], notes: dict[str, str]) -> st
         if family == "cpu":
             table = defaults.get("cpu", {})
         for key, value in table.items():
-            out.append(f"{key} = {float(value):.4g}" if isinstance(value, float) else
-                       f"{key} = {value!r}")  # fmt: skip
+            out.append(
+                f"{key} = {float(value):.4g}" if isinstance(value, float) else f"{key} = {value!r}"
+            )
     return "\n".join(out) + "\n"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help=f"rewrite {ARCHITECTURES_FILE.name}")
-    parser.add_argument("--skip-gemm", action="store_true",
-                        help="keep the GEMM constants as they are; fit the memory-bound ones")  # fmt: skip
+    parser.add_argument(
+        "--skip-gemm",
+        action="store_true",
+        help="keep the GEMM constants as they are; fit the memory-bound ones",
+    )
     args = parser.parse_args()
     defaults = _architecture_defaults()
     groups = load_gemm_groups()
@@ -242,16 +285,24 @@ def main() -> int:
         start.update({k: v for k, v in defaults.get(family, {}).items() if k in BOUNDS})
         jobs.append((family, members, start))
     if args.skip_gemm:
-        results = [({k: v for k, v in start.items() if k in _free_names(members)},
-                    float("nan"), float("nan")) for _, members, start in jobs]  # fmt: skip
+        results = [
+            (
+                {k: v for k, v in start.items() if k in _free_names(members)},
+                float("nan"),
+                float("nan"),
+            )
+            for _, members, start in jobs
+        ]
     else:
         with ProcessPoolExecutor(max_workers=2) as pool:
             results = list(pool.map(_fit_job, jobs))
     for (family, members, _), (values, before, after) in zip(jobs, results, strict=True):
         fitted[family] = values
         devices = sorted({g.gpu for g in members})
-        notes[family] = (f"fitted on {len(members)} groups ({', '.join(devices)}): "
-                         f"mean group median error {before:.1%} -> {after:.1%}")  # fmt: skip
+        notes[family] = (
+            f"fitted on {len(members)} groups ({', '.join(devices)}): "
+            f"mean group median error {before:.1%} -> {after:.1%}"
+        )
         print(f"{family}: {notes[family]}")
         for key, value in values.items():
             print(f"  {key} = {value:.4g}")

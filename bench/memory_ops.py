@@ -22,10 +22,13 @@ from dlperf.trace import trace
 from sources import DATA
 
 FILES = {
-    "neusight": ["neusight_train/elementwise.csv", "neusight_train/softmax.csv",
-                 "neusight_train/layernorm.csv"],
+    "neusight": [
+        "neusight_train/elementwise.csv",
+        "neusight_train/softmax.csv",
+        "neusight_train/layernorm.csv",
+    ],
     "llmcompass": ["llmcompass/softmax.csv", "llmcompass/layernorm.csv", "llmcompass/gelu.csv"],
-}  # fmt: skip
+}
 SHAPES_PER_OP = 250
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -124,8 +127,9 @@ def load_groups(seed: int = 0) -> tuple[list[OpGroup], dict]:
     groups = []
     for (source, gpu_id, dtype, op), items in sorted(rows.items()):
         keep = [(s, t) for s, t in items if s in chosen[(source, op)]]
-        groups.append(OpGroup(source, gpu_id, dtype, op, [s for s, _ in keep],
-                              np.array([t for _, t in keep])))  # fmt: skip
+        groups.append(
+            OpGroup(source, gpu_id, dtype, op, [s for s, _ in keep], np.array([t for _, t in keep]))
+        )
     needed = {s for g in groups for s in g.keys}
     return groups, needed
 

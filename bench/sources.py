@@ -93,7 +93,7 @@ def load_csv_groups(source: str) -> list[Group]:
                 op,
                 *(arr[:, i].astype(np.int64) for i in range(4)),
                 time_s=arr[:, 4],
-            )  # fmt: skip
+            )
         )
     return groups
 

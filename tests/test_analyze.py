@@ -51,8 +51,10 @@ class TinyTransformer(nn.Module):
         x = self.embed(ids)
         b, s, d = x.shape
         q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
-        q, k, v = (t.reshape(b, s, self.heads, -1).transpose(1, 2).reshape(b * self.heads, s, -1)
-                   for t in (q, k, v))  # fmt: skip
+        q, k, v = (
+            t.reshape(b, s, self.heads, -1).transpose(1, 2).reshape(b * self.heads, s, -1)
+            for t in (q, k, v)
+        )
         att = torch.softmax(torch.bmm(q, k.transpose(1, 2)) / 4.0, dim=-1)
         y = torch.bmm(att, v).reshape(b, self.heads, s, -1).transpose(1, 2).reshape(b, s, d)
         x = x + self.proj(y)
@@ -92,8 +94,9 @@ def test_lstm_contraction_flops_equal_flop_counter():
 
 
 def _gemm_set(analysis, phase):
-    return sorted((g.m, g.n, g.k, g.count, g.role) for r in analysis.rows if r.phase == phase
-                  for g in r.gemms)  # fmt: skip
+    return sorted(
+        (g.m, g.n, g.k, g.count, g.role) for r in analysis.rows if r.phase == phase for g in r.gemms
+    )
 
 
 def test_lstm_maps_to_seed_table_1():
@@ -128,10 +131,12 @@ def test_lstm_maps_to_seed_table_1():
 def test_gru_uses_factor_3():
     gru = nn.GRU(input_size=256, hidden_size=512)
     a = dlperf.analyze(gru, torch.empty(8, 16, 256, device="meta"), training=False)
-    assert _gemm_set(a, "forward") == sorted([
-        (3 * 512, 16, 512, 8, "recurrent forward"),
-        (3 * 512, 16 * 8, 256, 1, "layer-to-layer forward"),
-    ])  # fmt: skip
+    assert _gemm_set(a, "forward") == sorted(
+        [
+            (3 * 512, 16, 512, 8, "recurrent forward"),
+            (3 * 512, 16 * 8, 256, 1, "layer-to-layer forward"),
+        ]
+    )
 
 
 def test_persistent_rnn_eligibility_is_noted():
@@ -233,8 +238,10 @@ def test_sdpa_is_fused_attention():
     a = dlperf.analyze(Attn(), (q, q, q), training=False)
     (row,) = [r for r in a.rows if "attention" in r.op]
     # QK^T: 128 x 128 x 32 and PV: 128 x 32 x 128, for 2*4 = 8 heads
-    assert sorted((g.m, g.n, g.k, g.batch) for g in row.gemms) == [(128, 32, 128, 8),
-                                                                   (128, 128, 32, 8)]  # fmt: skip
+    assert sorted((g.m, g.n, g.k, g.batch) for g in row.gemms) == [
+        (128, 32, 128, 8),
+        (128, 128, 32, 8),
+    ]
     # no 128 x 128 score matrix through memory: bytes are q, k, v, output and statistics
     assert row.bytes < 5 * q.numel() * 4
 
@@ -242,14 +249,36 @@ def test_sdpa_is_fused_attention():
 def test_totals_and_json_document():
     a = dlperf.analyze(nn.Linear(64, 64), torch.empty(4, 64, device="meta"), precision="fp32")
     doc = a.to_dict()
-    for key in ("model", "gpu", "precision", "training", "params", "totals", "phases",
-                "categories", "ops", "unsupported_ops"):  # fmt: skip
+    for key in (
+        "model",
+        "gpu",
+        "precision",
+        "training",
+        "params",
+        "totals",
+        "phases",
+        "categories",
+        "ops",
+        "unsupported_ops",
+    ):
         assert key in doc
     assert doc["totals"]["time_s"] == pytest.approx(sum(o["time_s"] for o in doc["ops"]))
     assert {"flops", "bytes", "time_s"} <= set(doc["totals"])
     op = doc["ops"][0]
-    for key in ("module", "op", "phase", "category", "shapes", "dtype", "flops", "bytes",
-                "arithmetic_intensity", "bound", "time_s", "gemms"):  # fmt: skip
+    for key in (
+        "module",
+        "op",
+        "phase",
+        "category",
+        "shapes",
+        "dtype",
+        "flops",
+        "bytes",
+        "arithmetic_intensity",
+        "bound",
+        "time_s",
+        "gemms",
+    ):
         assert key in op
 
 

@@ -16,8 +16,9 @@ def run(capsys, *argv):
 
 
 def test_gemm_json_seed_example(capsys):
-    code, out, _ = run(capsys, "gemm", "8192", "128", "8192", "--gpu", "v100", "--dtype", "fp16",
-                       "--json")  # fmt: skip
+    code, out, _ = run(
+        capsys, "gemm", "8192", "128", "8192", "--gpu", "v100", "--dtype", "fp16", "--json"
+    )
     assert code == 0
     doc = json.loads(out)
     assert round(doc["arithmetic_intensity"], 1) == 124.1
@@ -65,8 +66,10 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, message):
 def test_module_entry_point_has_no_traceback():
     proc = subprocess.run(
         [sys.executable, "-m", "dlperf", "gemm", "64", "64", "64", "--gpu", "nope"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith("dlperf: error: unknown GPU 'nope'")
     assert "Traceback" not in proc.stderr

@@ -8,10 +8,28 @@ from dlperf.errors import DlperfError
 from dlperf.gemm import predict_many
 
 JSON_KEYS = {
-    "m", "n", "k", "batch", "dtype", "gpu", "flops", "bytes", "arithmetic_intensity",
-    "ridge_ops_per_byte", "bound", "time_s", "achieved_flops_per_s", "fraction_of_peak",
-    "tile", "tiles", "waves", "tile_efficiency", "wave_efficiency", "alignment", "notes",
-}  # fmt: skip
+    "m",
+    "n",
+    "k",
+    "batch",
+    "dtype",
+    "gpu",
+    "flops",
+    "bytes",
+    "arithmetic_intensity",
+    "ridge_ops_per_byte",
+    "bound",
+    "time_s",
+    "achieved_flops_per_s",
+    "fraction_of_peak",
+    "tile",
+    "tiles",
+    "waves",
+    "tile_efficiency",
+    "wave_efficiency",
+    "alignment",
+    "notes",
+}
 
 
 def test_seed_memory_and_math_bound_gemms_on_v100():
@@ -136,13 +154,21 @@ def test_cpu_gemm_uses_the_roofline(monkeypatch, tmp_path):
 
     monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path))
     fake = {
-        "id": "cpu", "name": "test cpu", "kind": "cpu", "architecture": "cpu",
-        "sm_count": 2, "boost_clock_mhz": 1000.0, "memory_bytes": 2**30,
-        "memory_bandwidth_bytes_per_s": 1e10, "l2_cache_bytes": 2**20, "sources": ["test"],
-        "math": {"fp32": {"peak_flops_per_s": 1e11, "macs_per_clock_per_sm": 25.0,
-                          "tensor_cores": False}},
+        "id": "cpu",
+        "name": "test cpu",
+        "kind": "cpu",
+        "architecture": "cpu",
+        "sm_count": 2,
+        "boost_clock_mhz": 1000.0,
+        "memory_bytes": 2**30,
+        "memory_bandwidth_bytes_per_s": 1e10,
+        "l2_cache_bytes": 2**20,
+        "sources": ["test"],
+        "math": {
+            "fp32": {"peak_flops_per_s": 1e11, "macs_per_clock_per_sm": 25.0, "tensor_cores": False}
+        },
         "efficiency": {"kernel_latency_s": 1e-6},
-    }  # fmt: skip
+    }
     monkeypatch.setattr(cpu, "probe_cpu", lambda: fake)
     r = dlperf.gemm(1000, 1000, 1000, dtype="fp32", gpu="cpu")
     # 2e9 FLOPs / 1e11 FLOP/s = 20 ms, plus 1 us latency

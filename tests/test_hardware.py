@@ -12,12 +12,32 @@ from dlperf.hardware import load_spec_file
 from .conftest import SHARED_DATA
 
 REQUIRED_IDS = [
-    "p4", "p100-pcie-16gb", "p100-sxm2-16gb", "v100-sxm2-16gb", "v100-sxm2-32gb",
-    "v100-pcie-16gb", "v100-pcie-32gb", "t4", "a10", "a40", "a100-sxm4-40gb",
-    "a100-sxm4-80gb", "a100-pcie-40gb", "a100-pcie-80gb", "l4", "l40s", "h100-sxm5-80gb",
-    "h100-pcie-80gb", "h200-sxm-141gb", "b200-sxm-180gb", "rtx-3090", "rtx-4090",
-    "gtx-1080-ti", "titan-xp", "m40",
-]  # fmt: skip
+    "p4",
+    "p100-pcie-16gb",
+    "p100-sxm2-16gb",
+    "v100-sxm2-16gb",
+    "v100-sxm2-32gb",
+    "v100-pcie-16gb",
+    "v100-pcie-32gb",
+    "t4",
+    "a10",
+    "a40",
+    "a100-sxm4-40gb",
+    "a100-sxm4-80gb",
+    "a100-pcie-40gb",
+    "a100-pcie-80gb",
+    "l4",
+    "l40s",
+    "h100-sxm5-80gb",
+    "h100-pcie-80gb",
+    "h200-sxm-141gb",
+    "b200-sxm-180gb",
+    "rtx-3090",
+    "rtx-4090",
+    "gtx-1080-ti",
+    "titan-xp",
+    "m40",
+]
 
 
 def test_catalogue_has_every_required_device():

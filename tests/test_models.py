@@ -59,8 +59,9 @@ def test_hf_models_build_from_config_without_download():
 
 
 def test_cli_analyze_json(capsys):
-    code = main(["analyze", f"{EXAMPLE}:model", "--gpu", "a100", "--precision", "amp-fp16",
-                 "--json"])  # fmt: skip
+    code = main(
+        ["analyze", f"{EXAMPLE}:model", "--gpu", "a100", "--precision", "amp-fp16", "--json"]
+    )
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["precision"] == "amp-fp16" and doc["training"] is True
@@ -69,8 +70,19 @@ def test_cli_analyze_json(capsys):
 
 
 def test_cli_analyze_terminal_and_input_override(capsys):
-    code = main(["analyze", f"{EXAMPLE}:model", "--gpu", "v100", "--infer", "--input",
-                 "2x3x32x32", "--top", "3"])  # fmt: skip
+    code = main(
+        [
+            "analyze",
+            f"{EXAMPLE}:model",
+            "--gpu",
+            "v100",
+            "--infer",
+            "--input",
+            "2x3x32x32",
+            "--top",
+            "3",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "inference step" in out and "batch 2" in out

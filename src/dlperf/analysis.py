@@ -95,8 +95,16 @@ class _GemmTimer:
             stored = (
                 storage if storage in ("fp64", "fp32", "fp16", "bf16", "fp8", "int8") else "fp32"
             )
-            res = predict_many(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], self.spec, stored, math,
-                               tensor_bytes=moved)  # fmt: skip
+            res = predict_many(
+                arr[:, 0],
+                arr[:, 1],
+                arr[:, 2],
+                arr[:, 3],
+                self.spec,
+                stored,
+                math,
+                tensor_bytes=moved,
+            )
             for i, key in enumerate(keys):
                 self.cache[key] = {name: values[i].item() for name, values in res.items()}
 
@@ -162,10 +170,23 @@ def time_cost(cost: Cost, spec: HardwareSpec, timer: _GemmTimer, dtype: str = "f
         lat_t += r["latency_s"] * g.count
         tile = f"{r['tile_m']}x{r['tile_n']}" if r["tile_m"] > 0 else "none"
         align_dtype = g.dtype if spec.has_dtype(g.dtype) else _fallback_dtype(spec, g.dtype)
-        rows.append(GemmRow(g.m, g.n, g.k, g.batch, g.count, g.dtype, g.role, tile,
-                            r["tile_efficiency"], r["wave_efficiency"],
-                            alignment_verdicts(g.m, g.n, g.k, align_dtype, spec), one,
-                            int(r["waves"])))  # fmt: skip
+        rows.append(
+            GemmRow(
+                g.m,
+                g.n,
+                g.k,
+                g.batch,
+                g.count,
+                g.dtype,
+                g.role,
+                tile,
+                r["tile_efficiency"],
+                r["wave_efficiency"],
+                alignment_verdicts(g.m, g.n, g.k, align_dtype, spec),
+                one,
+                int(r["waves"]),
+            )
+        )
     # Bytes beyond the GEMMs' own (layout transposes of NCHW data) stream separately.
     gemm_bytes = sum(g.tensor_bytes for g in cost.gemms)
     extra = cost.bytes - gemm_bytes if cost.family == "conv" else 0.0
@@ -212,9 +233,11 @@ class Analysis:
         for phase in ("forward", "backward", "optimizer"):
             rows = [r for r in self.rows if r.phase == phase]
             if rows or phase == "forward":
-                out[phase] = {"flops": sum(r.flops for r in rows),
-                              "bytes": sum(r.bytes for r in rows),
-                              "time_s": sum(r.time_s for r in rows)}  # fmt: skip
+                out[phase] = {
+                    "flops": sum(r.flops for r in rows),
+                    "bytes": sum(r.bytes for r in rows),
+                    "time_s": sum(r.time_s for r in rows),
+                }
         return out
 
     @property
@@ -290,8 +313,9 @@ class Analysis:
         }
 
 
-def analyze_trace(trace: Trace, spec: HardwareSpec, model_name: str = "model",
-                  optimizer: str = "adamw") -> Analysis:  # fmt: skip
+def analyze_trace(
+    trace: Trace, spec: HardwareSpec, model_name: str = "model", optimizer: str = "adamw"
+) -> Analysis:
     ctx = CostContext(trace.precision, spec)
     costed = []
     unsupported: Counter = Counter()
@@ -315,19 +339,42 @@ def analyze_trace(trace: Trace, spec: HardwareSpec, model_name: str = "model",
         time_s, bound, gemm_rows = time_cost(
             cost, spec, timer, dtype if dtype in spec.math else "fp32"
         )
-        rows.append(OpRow(
-            module=event.module, op=event.op, phase=event.phase, category=cost.category,
-            family=cost.family, shapes=_shapes(event), dtype=dtype, flops=cost.flops,
-            bytes=cost.bytes, arithmetic_intensity=arithmetic_intensity(cost.flops, cost.bytes),
-            bound=bound, time_s=time_s, kernels=cost.kernels, layout=_layout(event),
-            gemms=gemm_rows, notes=list(cost.notes),
-            supported=event.op not in unsupported,
-        ))  # fmt: skip
+        rows.append(
+            OpRow(
+                module=event.module,
+                op=event.op,
+                phase=event.phase,
+                category=cost.category,
+                family=cost.family,
+                shapes=_shapes(event),
+                dtype=dtype,
+                flops=cost.flops,
+                bytes=cost.bytes,
+                arithmetic_intensity=arithmetic_intensity(cost.flops, cost.bytes),
+                bound=bound,
+                time_s=time_s,
+                kernels=cost.kernels,
+                layout=_layout(event),
+                gemms=gemm_rows,
+                notes=list(cost.notes),
+                supported=event.op not in unsupported,
+            )
+        )
     batch, tokens = _batch_and_tokens(trace)
-    return Analysis(model=model_name, gpu=spec.id, precision=trace.precision.name,
-                    training=trace.training, params=trace.params, batch=batch, tokens=tokens,
-                    rows=rows, unsupported_ops=dict(unsupported), spec=spec,
-                    optimizer=optimizer, view_ops=views)  # fmt: skip
+    return Analysis(
+        model=model_name,
+        gpu=spec.id,
+        precision=trace.precision.name,
+        training=trace.training,
+        params=trace.params,
+        batch=batch,
+        tokens=tokens,
+        rows=rows,
+        unsupported_ops=dict(unsupported),
+        spec=spec,
+        optimizer=optimizer,
+        view_ops=views,
+    )
 
 
 def _batch_and_tokens(trace: Trace) -> tuple[int, int]:

@@ -79,8 +79,15 @@ def cmd_analyze(args) -> int:
         )
     inputs = loaded.inputs if inputs is None else inputs
     with _progress(args, f"tracing {loaded.name}") as progress:
-        result = analyze(loaded.module, inputs, gpu=args.gpu, precision=args.precision,
-                         training=args.train, optimizer=args.optimizer, progress=progress)  # fmt: skip
+        result = analyze(
+            loaded.module,
+            inputs,
+            gpu=args.gpu,
+            precision=args.precision,
+            training=args.train,
+            optimizer=args.optimizer,
+            progress=progress,
+        )
     result.model = loaded.name
     if args.json:
         _print_json(result.to_dict())
@@ -118,21 +125,36 @@ class _progress:
 def _add_model_options(p) -> None:
     from .precision import POLICIES
 
-    p.add_argument("model", metavar="MODEL",
-                   help="torchvision:NAME, hf:NAME, timm:NAME or path/to/file.py:factory "
-                        "(a file runs your code)")  # fmt: skip
+    p.add_argument(
+        "model",
+        metavar="MODEL",
+        help="torchvision:NAME, hf:NAME, timm:NAME or path/to/file.py:factory "
+        "(a file runs your code)",
+    )
     p.add_argument("--gpu", default="a100", help="catalogue id, alias, spec file, or 'cpu'")
     p.add_argument("--precision", default="amp-bf16", choices=list(POLICIES))
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--train", dest="train", action="store_true", default=True,
-                      help="forward, backward and optimizer step (default)")  # fmt: skip
+    mode.add_argument(
+        "--train",
+        dest="train",
+        action="store_true",
+        default=True,
+        help="forward, backward and optimizer step (default)",
+    )
     mode.add_argument("--infer", dest="train", action="store_false", help="forward only")
-    p.add_argument("--input", action="append", metavar="SHAPE",
-                   help="input shape like 8x3x224x224 or 4x128:int64 (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--input",
+        action="append",
+        metavar="SHAPE",
+        help="input shape like 8x3x224x224 or 4x128:int64 (repeatable)",
+    )
     p.add_argument("--batch", type=_positive_int, help="batch size of the default inputs")
     p.add_argument("--seq-len", type=_positive_int, help="sequence length of the default inputs")
-    p.add_argument("--optimizer", default="adamw",
-                   choices=["adamw", "adam", "sgd", "sgd-momentum", "adam8bit", "adafactor"])  # fmt: skip
+    p.add_argument(
+        "--optimizer",
+        default="adamw",
+        choices=["adamw", "adam", "sgd", "sgd-momentum", "adam8bit", "adafactor"],
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document")
 
 

@@ -29,9 +29,20 @@ from .roofline import arithmetic_intensity, limiter
 # Thread-block tiles (rows x columns of C), largest first. The first eight are
 # the seeds' cuBLAS list; the narrow ones serve skinny problems.
 TILES = (
-    (256, 128), (128, 256), (128, 128), (256, 64), (64, 256),
-    (128, 64), (64, 128), (64, 64), (128, 32), (32, 128), (64, 32), (32, 64), (32, 32),
-)  # fmt: skip
+    (256, 128),
+    (128, 256),
+    (128, 128),
+    (256, 64),
+    (64, 256),
+    (128, 64),
+    (64, 128),
+    (64, 64),
+    (128, 32),
+    (32, 128),
+    (64, 32),
+    (32, 64),
+    (32, 32),
+)
 # A 256x128 tile fills one SM; smaller tiles share an SM, up to this many at once.
 SM_TILE_AREA = 256 * 128
 MAX_TILES_PER_SM = 8
@@ -105,8 +116,11 @@ def _alignment_factor(m, n, k, spec: HardwareSpec, dtype: str):
     eff = spec.efficiency
     missed = (m % need != 0) | (n % need != 0) | (k % need != 0)
     not_best = (m % best != 0) | (n % best != 0) | (k % best != 0)
-    return np.where(missed, eff.misaligned_tensor_efficiency,
-                    np.where(not_best, eff.unaligned_best_efficiency, 1.0))  # fmt: skip
+    return np.where(
+        missed,
+        eff.misaligned_tensor_efficiency,
+        np.where(not_best, eff.unaligned_best_efficiency, 1.0),
+    )
 
 
 def _dram_traffic(m, n, k, batch, in_bytes, out_bytes, tm, tn, per_sm, spec):
@@ -175,11 +189,17 @@ def predict_many(
         ones = np.ones_like(m)
         return {
             "time_s": eff.kernel_latency_s + np.maximum(math_t, mem_t),
-            "math_time_s": math_t, "memory_time_s": mem_t,
+            "math_time_s": math_t,
+            "memory_time_s": mem_t,
             "latency_s": np.full(m.shape, eff.kernel_latency_s),
-            "tile_m": -ones, "tile_n": -ones, "split_k": ones, "tiles": ones, "waves": ones,
-            "tile_efficiency": ones.astype(float), "wave_efficiency": ones.astype(float),
-        }  # fmt: skip
+            "tile_m": -ones,
+            "tile_n": -ones,
+            "split_k": ones,
+            "tiles": ones,
+            "waves": ones,
+            "tile_efficiency": ones.astype(float),
+            "wave_efficiency": ones.astype(float),
+        }
 
     sms = spec.sm_count
     fixed = eff.tile_fixed_cycles / (spec.clock_hz(unit.tensor_cores) * clock_fraction)
@@ -218,12 +238,18 @@ def predict_many(
                 allowed = (output_tiles < sms) & (k_split >= MIN_K_PER_SPLIT)
                 time = np.where(allowed, time, np.inf)
             cand = {
-                "time_s": time, "math_time_s": math_t, "memory_time_s": mem_t,
+                "time_s": time,
+                "math_time_s": math_t,
+                "memory_time_s": mem_t,
                 "latency_s": latency,
-                "tile_m": np.full(m.shape, tm), "tile_n": np.full(m.shape, tn),
-                "split_k": np.full(m.shape, split), "tiles": tiles, "waves": waves,
-                "tile_efficiency": tile_eff, "wave_efficiency": tiles / (waves * sms * per_sm),
-            }  # fmt: skip
+                "tile_m": np.full(m.shape, tm),
+                "tile_n": np.full(m.shape, tn),
+                "split_k": np.full(m.shape, split),
+                "tiles": tiles,
+                "waves": waves,
+                "tile_efficiency": tile_eff,
+                "wave_efficiency": tiles / (waves * sms * per_sm),
+            }
             if best is None:
                 best = {key: np.array(np.broadcast_to(v, m.shape)) for key, v in cand.items()}
                 continue

@@ -38,11 +38,23 @@ class LoadedModel:
 
 # -- input shapes ----------------------------------------------------------
 
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-           "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "int64": torch.int64,
-           "long": torch.int64, "int32": torch.int32, "int": torch.int32, "bool": torch.bool,
-           "uint8": torch.uint8, "int8": torch.int8}  # fmt: skip
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "int64": torch.int64,
+    "long": torch.int64,
+    "int32": torch.int32,
+    "int": torch.int32,
+    "bool": torch.bool,
+    "uint8": torch.uint8,
+    "int8": torch.int8,
+}
 
 
 def parse_input(text: str) -> torch.Tensor:
@@ -134,26 +146,89 @@ HF_PRESETS = {
     "gpt2-large": ("gpt2", "causal", {"n_embd": 1280, "n_layer": 36, "n_head": 20}),
     "gpt2-xl": ("gpt2", "causal", {"n_embd": 1600, "n_layer": 48, "n_head": 25}),
     "bert-base-uncased": ("bert", "masked", {}),
-    "bert-large-uncased": ("bert", "masked", {"hidden_size": 1024, "num_hidden_layers": 24,
-                                              "num_attention_heads": 16,
-                                              "intermediate_size": 4096}),
-    "t5-small": ("t5", "seq2seq", {"d_model": 512, "d_ff": 2048, "num_layers": 6,
-                                   "num_decoder_layers": 6, "num_heads": 8, "d_kv": 64}),
-    "t5-base": ("t5", "seq2seq", {"d_model": 768, "d_ff": 3072, "num_layers": 12,
-                                  "num_decoder_layers": 12, "num_heads": 12, "d_kv": 64}),
-    "llama-7b": ("llama", "causal", {"hidden_size": 4096, "intermediate_size": 11008,
-                                     "num_hidden_layers": 32, "num_attention_heads": 32,
-                                     "num_key_value_heads": 32, "vocab_size": 32000}),
-    "llama-13b": ("llama", "causal", {"hidden_size": 5120, "intermediate_size": 13824,
-                                      "num_hidden_layers": 40, "num_attention_heads": 40,
-                                      "num_key_value_heads": 40, "vocab_size": 32000}),
-    "llama-70b": ("llama", "causal", {"hidden_size": 8192, "intermediate_size": 28672,
-                                      "num_hidden_layers": 80, "num_attention_heads": 64,
-                                      "num_key_value_heads": 8, "vocab_size": 32000}),
-    "mistral-7b": ("mistral", "causal", {"hidden_size": 4096, "intermediate_size": 14336,
-                                         "num_hidden_layers": 32, "num_attention_heads": 32,
-                                         "num_key_value_heads": 8, "vocab_size": 32000}),
-}  # fmt: skip
+    "bert-large-uncased": (
+        "bert",
+        "masked",
+        {
+            "hidden_size": 1024,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 16,
+            "intermediate_size": 4096,
+        },
+    ),
+    "t5-small": (
+        "t5",
+        "seq2seq",
+        {
+            "d_model": 512,
+            "d_ff": 2048,
+            "num_layers": 6,
+            "num_decoder_layers": 6,
+            "num_heads": 8,
+            "d_kv": 64,
+        },
+    ),
+    "t5-base": (
+        "t5",
+        "seq2seq",
+        {
+            "d_model": 768,
+            "d_ff": 3072,
+            "num_layers": 12,
+            "num_decoder_layers": 12,
+            "num_heads": 12,
+            "d_kv": 64,
+        },
+    ),
+    "llama-7b": (
+        "llama",
+        "causal",
+        {
+            "hidden_size": 4096,
+            "intermediate_size": 11008,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 32,
+            "vocab_size": 32000,
+        },
+    ),
+    "llama-13b": (
+        "llama",
+        "causal",
+        {
+            "hidden_size": 5120,
+            "intermediate_size": 13824,
+            "num_hidden_layers": 40,
+            "num_attention_heads": 40,
+            "num_key_value_heads": 40,
+            "vocab_size": 32000,
+        },
+    ),
+    "llama-70b": (
+        "llama",
+        "causal",
+        {
+            "hidden_size": 8192,
+            "intermediate_size": 28672,
+            "num_hidden_layers": 80,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 8,
+            "vocab_size": 32000,
+        },
+    ),
+    "mistral-7b": (
+        "mistral",
+        "causal",
+        {
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "vocab_size": 32000,
+        },
+    ),
+}
 # Short keys for explicit sizes, per the config classes' own names.
 _SIZE_KEYS = {
     "layers": ("num_hidden_layers", "n_layer", "num_layers"),
@@ -164,8 +239,11 @@ _SIZE_KEYS = {
     "vocab": ("vocab_size",),
     "positions": ("max_position_embeddings", "n_positions"),
 }
-_TASKS = {"causal": "AutoModelForCausalLM", "masked": "AutoModelForMaskedLM",
-          "seq2seq": "AutoModelForSeq2SeqLM"}  # fmt: skip
+_TASKS = {
+    "causal": "AutoModelForCausalLM",
+    "masked": "AutoModelForMaskedLM",
+    "seq2seq": "AutoModelForSeq2SeqLM",
+}
 _SEQ2SEQ_TYPES = {"t5", "bart", "mbart", "pegasus", "marian", "mt5", "longt5"}
 _ENCODER_TYPES = {"bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2"}
 
@@ -194,8 +272,13 @@ def _hf(spec: str, batch: int, seq_len: int | None) -> LoadedModel:
         model_type, task, overrides = HF_PRESETS[name]
     elif name in CONFIG_MAPPING:
         model_type, overrides = name, {}
-        task = ("seq2seq" if name in _SEQ2SEQ_TYPES else
-                "masked" if name in _ENCODER_TYPES else "causal")  # fmt: skip
+        task = (
+            "seq2seq"
+            if name in _SEQ2SEQ_TYPES
+            else "masked"
+            if name in _ENCODER_TYPES
+            else "causal"
+        )
     else:
         choices = list(HF_PRESETS) + list(CONFIG_MAPPING.keys())
         raise DlperfError(f"unknown Hugging Face model {name!r}; {_near(name, choices)}")
@@ -248,8 +331,9 @@ def _timm(name: str, batch: int, image: int | None) -> LoadedModel:
         raise DlperfError(f"unknown timm model {name!r}; {_near(name, names)}")
     model = build_without_weights(timm.create_model, name, pretrained=False)
     size = image or model.default_cfg.get("input_size", (3, DEFAULT_IMAGE, DEFAULT_IMAGE))[-1]
-    return LoadedModel(f"timm:{name}", model, torch.empty(batch, 3, size, size, device="meta"),
-                       "vision")  # fmt: skip
+    return LoadedModel(
+        f"timm:{name}", model, torch.empty(batch, 3, size, size, device="meta"), "vision"
+    )
 
 
 def _user_file(path: str, factory: str) -> LoadedModel:
@@ -280,8 +364,9 @@ def _near(word: str, choices) -> str:
     return f"did you mean: {', '.join(near)}?" if near else "see the README for model names"
 
 
-def load_model(name: str, batch: int | None = None, seq_len: int | None = None,
-               image_size: int | None = None) -> LoadedModel:  # fmt: skip
+def load_model(
+    name: str, batch: int | None = None, seq_len: int | None = None, image_size: int | None = None
+) -> LoadedModel:
     """Resolve a model name (see the module docstring) with default inputs."""
     batch = batch or DEFAULT_BATCH
     kind, sep, rest = name.partition(":")

@@ -43,8 +43,21 @@ def optimizer_cost(trace: Trace, name: str) -> tuple[OpEvent, Cost]:
         read = n * (2 * word + states * state_bytes)  # weights, gradients, states
         written = n * (word + states * state_bytes)  # weights, states
     kernels = max(1, -(-len(trace.param_shapes) // TENSORS_PER_KERNEL))
-    event = OpEvent(op=f"optimizer.{name}", args=(), kwargs={}, outputs=(), module="(optimizer)",
-                    phase="optimizer", info={"params": n})  # fmt: skip
-    cost = Cost(flops=flops * n, bytes_read=read, bytes_written=written, category="other",
-                family="optimizer", kernels=kernels)  # fmt: skip
+    event = OpEvent(
+        op=f"optimizer.{name}",
+        args=(),
+        kwargs={},
+        outputs=(),
+        module="(optimizer)",
+        phase="optimizer",
+        info={"params": n},
+    )
+    cost = Cost(
+        flops=flops * n,
+        bytes_read=read,
+        bytes_written=written,
+        category="other",
+        family="optimizer",
+        kernels=kernels,
+    )
     return event, cost

@@ -268,15 +268,23 @@ def _rnn_event(module: nn.RNNBase, path: str, x: torch.Tensor, phase: str) -> Op
         "input_requires_grad": bool(x.requires_grad),
     }
     meta = TensorMeta.of(x)
-    return OpEvent(op=f"dlperf.rnn.{mode.lower()}", args=(meta,), kwargs={}, outputs=(),
-                   module=path, phase=phase, module_type=type(module).__name__,
-                   info=info)  # fmt: skip
+    return OpEvent(
+        op=f"dlperf.rnn.{mode.lower()}",
+        args=(meta,),
+        kwargs={},
+        outputs=(),
+        module=path,
+        phase=phase,
+        module_type=type(module).__name__,
+        info=info,
+    )
 
 
 def _to_fake(t: torch.Tensor, dtype: torch.dtype | None, requires_grad: bool) -> torch.Tensor:
     """A fake CPU tensor like `t` (same shape, strides), in `dtype` if given."""
-    fake = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=dtype or t.dtype,
-                               device="cpu")  # fmt: skip
+    fake = torch.empty_strided(
+        tuple(t.shape), tuple(t.stride()), dtype=dtype or t.dtype, device="cpu"
+    )
     if requires_grad and fake.is_floating_point():
         fake.requires_grad_(True)
     return fake

@@ -28,8 +28,13 @@ def cache_dir() -> Path:
 def _machine_key() -> str:
     import torch
 
-    parts = [platform.machine(), platform.processor() or "cpu", str(torch.get_num_threads()),
-             torch.__version__, str(PROBE_VERSION)]  # fmt: skip
+    parts = [
+        platform.machine(),
+        platform.processor() or "cpu",
+        str(torch.get_num_threads()),
+        torch.__version__,
+        str(PROBE_VERSION),
+    ]
     return "-".join(p.replace(" ", "_").replace("/", "_") for p in parts)
 
 

@@ -26,15 +26,25 @@ def _qkv(e: OpEvent) -> tuple[TensorMeta, TensorMeta, TensorMeta]:
 
 
 def _gemm(ctx, q: TensorMeta, m, n, k, batch, role):
-    return Gemm(m, n, k, batch=batch, dtype=ctx.precision.contraction_dtype(q.dtype),
-                storage=DTYPE_NAMES.get(q.dtype, "fp32"), role=role)  # fmt: skip
+    return Gemm(
+        m,
+        n,
+        k,
+        batch=batch,
+        dtype=ctx.precision.contraction_dtype(q.dtype),
+        storage=DTYPE_NAMES.get(q.dtype, "fp32"),
+        role=role,
+    )
 
 
-@register("aten._scaled_dot_product_flash_attention",
-          "aten._scaled_dot_product_flash_attention_for_cpu",
-          "aten._scaled_dot_product_efficient_attention",
-          "aten._scaled_dot_product_cudnn_attention",
-          "aten._flash_attention_forward", "aten._efficient_attention_forward")  # fmt: skip
+@register(
+    "aten._scaled_dot_product_flash_attention",
+    "aten._scaled_dot_product_flash_attention_for_cpu",
+    "aten._scaled_dot_product_efficient_attention",
+    "aten._scaled_dot_product_cudnn_attention",
+    "aten._flash_attention_forward",
+    "aten._efficient_attention_forward",
+)
 def sdpa_forward(e: OpEvent, ctx: CostContext) -> Cost:
     q, k, v = _qkv(e)
     if "_attention_forward" in e.op and len(q.shape) == 4:  # (B, L, H, E) layout
@@ -46,16 +56,25 @@ def sdpa_forward(e: OpEvent, ctx: CostContext) -> Cost:
     bh = b * h
     gemms = (_gemm(ctx, q, lq, s, d, bh, "scores"), _gemm(ctx, q, lq, dv, s, bh, "context"))
     flops = sum(g.flops for g in gemms) + SOFTMAX_FLOPS * bh * lq * s
-    return Cost(flops=flops, bytes_read=in_bytes(e), bytes_written=out_bytes(e),
-                category="contraction", family="attention", gemms=gemms,
-                notes=("fused attention: no L x S matrix in memory",))  # fmt: skip
+    return Cost(
+        flops=flops,
+        bytes_read=in_bytes(e),
+        bytes_written=out_bytes(e),
+        category="contraction",
+        family="attention",
+        gemms=gemms,
+        notes=("fused attention: no L x S matrix in memory",),
+    )
 
 
-@register("aten._scaled_dot_product_flash_attention_backward",
-          "aten._scaled_dot_product_flash_attention_for_cpu_backward",
-          "aten._scaled_dot_product_efficient_attention_backward",
-          "aten._scaled_dot_product_cudnn_attention_backward",
-          "aten._flash_attention_backward", "aten._efficient_attention_backward")  # fmt: skip
+@register(
+    "aten._scaled_dot_product_flash_attention_backward",
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward",
+    "aten._scaled_dot_product_efficient_attention_backward",
+    "aten._scaled_dot_product_cudnn_attention_backward",
+    "aten._flash_attention_backward",
+    "aten._efficient_attention_backward",
+)
 def sdpa_backward(e: OpEvent, ctx: CostContext) -> Cost:
     q, k, v = e.args[1], e.args[2], e.args[3]  # after the output gradient
     if "_attention_backward" in e.op and not e.op.startswith("aten._scaled"):
@@ -73,6 +92,12 @@ def sdpa_backward(e: OpEvent, ctx: CostContext) -> Cost:
         _gemm(ctx, q, s, d, lq, bh, "grad k"),
     )
     flops = sum(g.flops for g in gemms) + 2 * SOFTMAX_FLOPS * bh * lq * s
-    return Cost(flops=flops, bytes_read=in_bytes(e), bytes_written=out_bytes(e),
-                category="contraction", family="attention", gemms=gemms,
-                notes=("fused attention backward: recomputes the scores",))  # fmt: skip
+    return Cost(
+        flops=flops,
+        bytes_read=in_bytes(e),
+        bytes_written=out_bytes(e),
+        category="contraction",
+        family="attention",
+        gemms=gemms,
+        notes=("fused attention backward: recomputes the scores",),
+    )

@@ -43,13 +43,25 @@ def _layout_cost(ctx: CostContext, math_dtype: str, tensors: list[TensorMeta]) -
 
 
 def _gemm(ctx, x: TensorMeta, m, n, k, groups, role, tensor_bytes) -> Gemm:
-    return Gemm(m, n, k, batch=groups, dtype=ctx.precision.contraction_dtype(x.dtype),
-                storage=DTYPE_NAMES.get(x.dtype, "fp32"), role=role,
-                tensor_bytes=tensor_bytes)  # fmt: skip
+    return Gemm(
+        m,
+        n,
+        k,
+        batch=groups,
+        dtype=ctx.precision.contraction_dtype(x.dtype),
+        storage=DTYPE_NAMES.get(x.dtype, "fp32"),
+        role=role,
+        tensor_bytes=tensor_bytes,
+    )
 
 
-@register("aten.convolution", "aten._convolution", "aten.cudnn_convolution",
-          "aten.mkldnn_convolution", "aten.convolution_overrideable")  # fmt: skip
+@register(
+    "aten.convolution",
+    "aten._convolution",
+    "aten.cudnn_convolution",
+    "aten.mkldnn_convolution",
+    "aten.convolution_overrideable",
+)
 def convolution(e: OpEvent, ctx: CostContext) -> Cost:
     x, w = e.args[0], e.args[1]
     bias = e.args[2] if len(e.args) > 2 and isinstance(e.args[2], TensorMeta) else None
@@ -64,8 +76,15 @@ def convolution(e: OpEvent, ctx: CostContext) -> Cost:
     else:
         g = _gemm(ctx, x, n * out_px, k_g, c_g * taps, groups, "fprop", moved)
     extra, notes = _layout_cost(ctx, g.dtype, [x, out])
-    return Cost(flops=g.flops, bytes_read=read + extra / 2, bytes_written=out.nbytes + extra / 2,
-                category="contraction", family="conv", gemms=(g,), notes=notes)  # fmt: skip
+    return Cost(
+        flops=g.flops,
+        bytes_read=read + extra / 2,
+        bytes_written=out.nbytes + extra / 2,
+        category="contraction",
+        family="conv",
+        gemms=(g,),
+        notes=notes,
+    )
 
 
 @register("aten.convolution_backward")
@@ -95,6 +114,13 @@ def convolution_backward(e: OpEvent, ctx: CostContext) -> Cost:
         read += grad_out.nbytes
         flops += grad_out.numel
     extra, notes = _layout_cost(ctx, gemms[0].dtype if gemms else "fp32", [grad_out, x])
-    return Cost(flops=flops, bytes_read=read + extra / 2, bytes_written=written + extra / 2,
-                category="contraction", family="conv", gemms=tuple(gemms),
-                kernels=max(1, len(gemms)), notes=notes)  # fmt: skip
+    return Cost(
+        flops=flops,
+        bytes_read=read + extra / 2,
+        bytes_written=written + extra / 2,
+        category="contraction",
+        family="conv",
+        gemms=tuple(gemms),
+        kernels=max(1, len(gemms)),
+        notes=notes,
+    )

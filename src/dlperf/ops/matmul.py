@@ -11,13 +11,35 @@ from ..trace import OpEvent, TensorMeta
 from . import Cost, CostContext, Gemm, out_bytes, register
 
 
-def gemm_cost(ctx: CostContext, a: TensorMeta, m: int, n: int, k: int, batch: int,
-              read: int, written: int, role: str = "") -> Cost:  # fmt: skip
+def gemm_cost(
+    ctx: CostContext,
+    a: TensorMeta,
+    m: int,
+    n: int,
+    k: int,
+    batch: int,
+    read: int,
+    written: int,
+    role: str = "",
+) -> Cost:
     storage = DTYPE_NAMES.get(a.dtype, "fp32")
-    g = Gemm(m, n, k, batch=batch, dtype=ctx.precision.contraction_dtype(a.dtype),
-             storage=storage, role=role)  # fmt: skip
-    return Cost(flops=g.flops, bytes_read=read, bytes_written=written, category="contraction",
-                family="matmul", gemms=(g,))  # fmt: skip
+    g = Gemm(
+        m,
+        n,
+        k,
+        batch=batch,
+        dtype=ctx.precision.contraction_dtype(a.dtype),
+        storage=storage,
+        role=role,
+    )
+    return Cost(
+        flops=g.flops,
+        bytes_read=read,
+        bytes_written=written,
+        category="contraction",
+        family="matmul",
+        gemms=(g,),
+    )
 
 
 @register("aten.mm")

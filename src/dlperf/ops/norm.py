@@ -53,15 +53,26 @@ def _norm_cost(e: OpEvent, kind: str, extra_reads: float, persistent: bool) -> C
     passes = 1 if persistent else 1 + extra_reads
     read = in_bytes(e) + (passes - 1) * x.nbytes
     note = "single pass (persistent)" if persistent else f"{passes:.3g} read passes"
-    return Cost(flops=FLOPS_PER_ELEMENT[kind] * x.numel, bytes_read=read,
-                bytes_written=out_bytes(e), category="normalization", family=kind,
-                notes=(note,))  # fmt: skip
+    return Cost(
+        flops=FLOPS_PER_ELEMENT[kind] * x.numel,
+        bytes_read=read,
+        bytes_written=out_bytes(e),
+        category="normalization",
+        family=kind,
+        notes=(note,),
+    )
 
 
-@register("aten.native_batch_norm", "aten._native_batch_norm_legit",
-          "aten._native_batch_norm_legit_no_training", "aten.cudnn_batch_norm",
-          "aten.miopen_batch_norm", "aten._batch_norm_with_update",
-          "aten._batch_norm_no_update", "aten.batch_norm_update_stats")  # fmt: skip
+@register(
+    "aten.native_batch_norm",
+    "aten._native_batch_norm_legit",
+    "aten._native_batch_norm_legit_no_training",
+    "aten.cudnn_batch_norm",
+    "aten.miopen_batch_norm",
+    "aten._batch_norm_with_update",
+    "aten._batch_norm_no_update",
+    "aten.batch_norm_update_stats",
+)
 def batch_norm(e: OpEvent, ctx: CostContext) -> Cost:
     x = tensor_args(e)[0]
     flag = e.args[5] if len(e.args) > 5 else None
@@ -73,8 +84,12 @@ def batch_norm(e: OpEvent, ctx: CostContext) -> Cost:
     return _norm_cost(e, "batch_norm", 1, _persistent(ctx, x.nbytes))
 
 
-@register("aten.native_batch_norm_backward", "aten.cudnn_batch_norm_backward",
-          "aten.batch_norm_backward", "aten.miopen_batch_norm_backward")  # fmt: skip
+@register(
+    "aten.native_batch_norm_backward",
+    "aten.cudnn_batch_norm_backward",
+    "aten.batch_norm_backward",
+    "aten.miopen_batch_norm_backward",
+)
 def batch_norm_backward(e: OpEvent, ctx: CostContext) -> Cost:
     grad = tensor_args(e)[0]
     # Statistics of the gradient, then the elementwise pass: x and grad twice.
@@ -82,8 +97,14 @@ def batch_norm_backward(e: OpEvent, ctx: CostContext) -> Cost:
     passes = 1 if persistent else 2
     read = in_bytes(e) + (passes - 1) * 2 * grad.nbytes
     note = "single pass (persistent)" if persistent else "two read passes"
-    return Cost(flops=10 * grad.numel, bytes_read=read, bytes_written=out_bytes(e),
-                category="normalization", family="batch_norm", notes=(note,))  # fmt: skip
+    return Cost(
+        flops=10 * grad.numel,
+        bytes_read=read,
+        bytes_written=out_bytes(e),
+        category="normalization",
+        family="batch_norm",
+        notes=(note,),
+    )
 
 
 def _row_passes(e: OpEvent, row_elements: int, on_chip: float, passes_if_long: int) -> float:
@@ -91,8 +112,9 @@ def _row_passes(e: OpEvent, row_elements: int, on_chip: float, passes_if_long: i
     return on_chip if row_elements * x.itemsize <= ROW_ON_CHIP_BYTES else passes_if_long
 
 
-@register("aten.native_layer_norm", "aten.native_group_norm", "aten._fused_rms_norm",
-          "aten.rms_norm")  # fmt: skip
+@register(
+    "aten.native_layer_norm", "aten.native_group_norm", "aten._fused_rms_norm", "aten.rms_norm"
+)
 def layer_norm(e: OpEvent, ctx: CostContext) -> Cost:
     x = tensor_args(e)[0]
     if "group_norm" in e.op:
@@ -109,15 +131,23 @@ def layer_norm(e: OpEvent, ctx: CostContext) -> Cost:
     return _norm_cost(e, kind, passes - 1, False)
 
 
-@register("aten.native_layer_norm_backward", "aten.native_group_norm_backward",
-          "aten._fused_rms_norm_backward")  # fmt: skip
+@register(
+    "aten.native_layer_norm_backward",
+    "aten.native_group_norm_backward",
+    "aten._fused_rms_norm_backward",
+)
 def layer_norm_backward(e: OpEvent, ctx: CostContext) -> Cost:
     grad = tensor_args(e)[0]
     read = in_bytes(e)
     # Weight and bias gradients reduce over rows: a second read of grad and x.
     read += 2 * grad.nbytes
-    return Cost(flops=12 * grad.numel, bytes_read=read, bytes_written=out_bytes(e),
-                category="normalization", family="layer_norm")  # fmt: skip
+    return Cost(
+        flops=12 * grad.numel,
+        bytes_read=read,
+        bytes_written=out_bytes(e),
+        category="normalization",
+        family="layer_norm",
+    )
 
 
 @register("aten._softmax", "aten._log_softmax", "aten._safe_softmax")
@@ -126,10 +156,14 @@ def softmax(e: OpEvent, ctx: CostContext) -> Cost:
     dim = e.args[1] if len(e.args) > 1 and isinstance(e.args[1], int) else -1
     row = x.shape[dim] if x.shape else 1
     passes = _row_passes(e, row, SOFTMAX_READS, 3)  # max, sum of exponentials, normalize
-    return Cost(flops=FLOPS_PER_ELEMENT["softmax"] * x.numel,
-                bytes_read=x.nbytes * passes, bytes_written=out_bytes(e),
-                category="normalization", family="softmax",
-                notes=(f"{passes:.3g} read passes",))  # fmt: skip
+    return Cost(
+        flops=FLOPS_PER_ELEMENT["softmax"] * x.numel,
+        bytes_read=x.nbytes * passes,
+        bytes_written=out_bytes(e),
+        category="normalization",
+        family="softmax",
+        notes=(f"{passes:.3g} read passes",),
+    )
 
 
 @register("aten._softmax_backward_data", "aten._log_softmax_backward_data")
@@ -137,5 +171,10 @@ def softmax_backward(e: OpEvent, ctx: CostContext) -> Cost:
     grad, out = tensor_args(e)[:2]
     row = grad.shape[e.args[2]] if len(e.args) > 2 and isinstance(e.args[2], int) else 1
     passes = _row_passes(e, row, SOFTMAX_READS, 2)
-    return Cost(flops=4 * grad.numel, bytes_read=(grad.nbytes + out.nbytes) * passes,
-                bytes_written=out_bytes(e), category="normalization", family="softmax")  # fmt: skip
+    return Cost(
+        flops=4 * grad.numel,
+        bytes_read=(grad.nbytes + out.nbytes) * passes,
+        bytes_written=out_bytes(e),
+        category="normalization",
+        family="softmax",
+    )

@@ -58,8 +58,9 @@ def rnn_gemms(info: dict, phase: str, dtype: str, storage: str) -> list[Gemm]:
     gemms = []
 
     def add(m, n, k, count, role):
-        gemms.append(Gemm(m, n, k, count=count * directions, dtype=dtype, storage=storage,
-                          role=role))  # fmt: skip
+        gemms.append(
+            Gemm(m, n, k, count=count * directions, dtype=dtype, storage=storage, role=role)
+        )
 
     for layer in range(info["num_layers"]):
         size_in = info["input_size"] if layer == 0 else out_size * directions
@@ -93,6 +94,13 @@ def recurrent(e: OpEvent, ctx: CostContext) -> Cost:
     read = x.nbytes + sum((g.m * g.k) * item * g.count for g in gemms) + gate_bytes / 2
     written = seq * batch * hidden * directions * item * info["num_layers"] + gate_bytes / 2
     ok, why = persistence(info, dtype)
-    return Cost(flops=flops, bytes_read=read, bytes_written=written, category="contraction",
-                family="rnn", gemms=tuple(gemms), kernels=len(gemms),
-                notes=(f"persistent: {why}" if ok else f"standard kernel: {why}",))  # fmt: skip
+    return Cost(
+        flops=flops,
+        bytes_read=read,
+        bytes_written=written,
+        category="contraction",
+        family="rnn",
+        gemms=tuple(gemms),
+        kernels=len(gemms),
+        notes=(f"persistent: {why}" if ok else f"standard kernel: {why}",),
+    )

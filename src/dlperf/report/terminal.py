@@ -140,11 +140,17 @@ def analysis_report(a, top: int = 15, depth: int = 2, console: Console | None = 
     for col in ("module", "op", "phase", "shapes", "dtype", "bound", "time", "%", "losses"):
         table.add_column(col, overflow="fold")
     for r in a.top(top):
-        table.add_row(r.module or "(model)", _short_op(r.op), _PHASE.get(r.phase, r.phase),
-                      _shapes_text(r.shapes, 2),
-                      r.dtype, r.bound, seconds(r.time_s),
-                      f"{r.time_s / totals['time_s']:.1%}" if totals["time_s"] else "",
-                      _losses(r))  # fmt: skip
+        table.add_row(
+            r.module or "(model)",
+            _short_op(r.op),
+            _PHASE.get(r.phase, r.phase),
+            _shapes_text(r.shapes, 2),
+            r.dtype,
+            r.bound,
+            seconds(r.time_s),
+            f"{r.time_s / totals['time_s']:.1%}" if totals["time_s"] else "",
+            _losses(r),
+        )
     console.print(table)
 
     cats = Table(title="by category (the guides' % FLOP vs % runtime)")
@@ -153,16 +159,24 @@ def analysis_report(a, top: int = 15, depth: int = 2, console: Console | None = 
     for name, c in a.categories.items():
         if not c["flops"] and not c["time_s"]:
             continue
-        cats.add_row(name, f"{c['flops'] / max(totals['flops'], 1):.2%}",
-                     f"{c['time_s'] / max(totals['time_s'], 1e-30):.1%}", seconds(c["time_s"]))  # fmt: skip
+        cats.add_row(
+            name,
+            f"{c['flops'] / max(totals['flops'], 1):.2%}",
+            f"{c['time_s'] / max(totals['time_s'], 1e-30):.1%}",
+            seconds(c["time_s"]),
+        )
     console.print(cats)
 
     phases = Table(title="by phase")
     for col in ("phase", "FLOPs", "time", "% time"):
         phases.add_column(col, justify="right" if col != "phase" else "left")
     for name, p in a.phases.items():
-        phases.add_row(name, _si(p["flops"], "FLOP"), seconds(p["time_s"]),
-                       f"{p['time_s'] / max(totals['time_s'], 1e-30):.1%}")  # fmt: skip
+        phases.add_row(
+            name,
+            _si(p["flops"], "FLOP"),
+            seconds(p["time_s"]),
+            f"{p['time_s'] / max(totals['time_s'], 1e-30):.1%}",
+        )
     console.print(phases)
 
     modules = Table(title=f"by module (depth {depth}, top 20)")
@@ -170,8 +184,12 @@ def analysis_report(a, top: int = 15, depth: int = 2, console: Console | None = 
         modules.add_column(col, justify="right" if col != "module" else "left")
     ranked = sorted(a.modules(depth).items(), key=lambda kv: kv[1]["time_s"], reverse=True)
     for name, m in ranked[:20]:
-        modules.add_row(name, str(m["ops"]), seconds(m["time_s"]),
-                        f"{m['time_s'] / max(totals['time_s'], 1e-30):.1%}")  # fmt: skip
+        modules.add_row(
+            name,
+            str(m["ops"]),
+            seconds(m["time_s"]),
+            f"{m['time_s'] / max(totals['time_s'], 1e-30):.1%}",
+        )
     console.print(modules)
 
     if a.unsupported_ops:
