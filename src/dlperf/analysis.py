@@ -373,7 +373,7 @@ def analyze_trace(
         unsupported_ops=dict(unsupported),
         spec=spec,
         optimizer=optimizer,
-        view_ops=views,
+        view_ops=views + trace.free_ops,
     )
 
 

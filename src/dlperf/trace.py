@@ -127,6 +127,7 @@ class Trace:
     module_types: dict[str, str]
     inputs: list[TensorMeta]
     suppressed: Counter = field(default_factory=Counter)
+    free_ops: int = 0
 
 
 def _meta(x):
@@ -160,6 +161,7 @@ class _Recorder(TorchDispatchMode):
         self.rnn_depth = 0
         self.progress = progress
         self.module_types: dict[str, str] = {}
+        self.free_ops = 0
 
     def module_path(self) -> str:
         if self.phase == "forward":
@@ -177,8 +179,11 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        name = str(func)
-        if name.startswith(_SKIP_PREFIXES) or name in _SKIP_OPS:
+        name = _NAMES.get(func)
+        if name is None:
+            name = _NAMES[func] = str(func)
+        if name in _FREE:
+            self.free_ops += 1
             return out
         path = self.module_path()
         if self.in_rnn(path):
@@ -198,6 +203,37 @@ class _Recorder(TorchDispatchMode):
         if self.progress and len(self.events) % 500 == 0:
             self.progress(len(self.events))
         return out
+
+
+_NAMES: dict = {}
+
+
+def _free_ops() -> set[str]:
+    """Overloads that move no data (views, metadata, allocation): not recorded."""
+    from .ops.movement import VIEWS
+
+    free = set(_SKIP_OPS)
+    for packet in VIEWS:
+        op = getattr(torch.ops.aten, packet, None)
+        if op is None:
+            continue
+        free.update(f"aten.{packet}.{overload}" for overload in op.overloads())
+    return free
+
+
+class _FreeOps:
+    """Lazily built set (the op registry imports this module)."""
+
+    def __init__(self):
+        self.names: set[str] | None = None
+
+    def __contains__(self, name: str) -> bool:
+        if self.names is None:
+            self.names = _free_ops()
+        return name in self.names or name.startswith(_SKIP_PREFIXES)
+
+
+_FREE = _FreeOps()
 
 
 _LABEL = "dlperf_module"
@@ -453,4 +489,5 @@ def trace(
         module_types=module_types,
         inputs=input_meta,
         suppressed=recorder.suppressed,
+        free_ops=recorder.free_ops,
     )
