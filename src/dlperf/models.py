@@ -26,6 +26,7 @@ from .errors import DlperfError
 DEFAULT_IMAGE = 224
 DEFAULT_SEQ_LEN = 512
 DEFAULT_BATCH = 8
+DEFAULT_IMAGE_BATCH = 32
 
 
 @dataclass
@@ -368,8 +369,8 @@ def load_model(
     name: str, batch: int | None = None, seq_len: int | None = None, image_size: int | None = None
 ) -> LoadedModel:
     """Resolve a model name (see the module docstring) with default inputs."""
-    batch = batch or DEFAULT_BATCH
     kind, sep, rest = name.partition(":")
+    batch = batch or (DEFAULT_IMAGE_BATCH if kind in ("torchvision", "timm") else DEFAULT_BATCH)
     if re.search(r"\.py$", kind) or (sep and rest and kind.endswith(".py")):
         return _user_file(kind, rest or "model")
     if kind == "torchvision" and rest:
