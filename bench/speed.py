@@ -17,10 +17,18 @@ import time
 
 LLAMA_7B = "hf:llama:layers=32,hidden=4096,heads=32,mlp=11008,vocab=32000"
 CASES = [
-    ("7B decoder, seq 2048, batch 8, amp-bf16, h100", 10.0, 2.0,
-     [LLAMA_7B, "--seq-len", "2048", "--batch", "8", "--gpu", "h100", "--precision", "amp-bf16"]),
-    ("ResNet-50, batch 256, amp-fp16, a100", 3.0, None,
-     ["torchvision:resnet50", "--batch", "256", "--gpu", "a100", "--precision", "amp-fp16"]),
+    (
+        "7B decoder, seq 2048, batch 8, amp-bf16, h100",
+        10.0,
+        2.0,
+        [LLAMA_7B, "--seq-len", "2048", "--batch", "8", "--gpu", "h100", "--precision", "amp-bf16"],
+    ),
+    (
+        "ResNet-50, batch 256, amp-fp16, a100",
+        3.0,
+        None,
+        ["torchvision:resnet50", "--batch", "256", "--gpu", "a100", "--precision", "amp-fp16"],
+    ),
 ]
 
 

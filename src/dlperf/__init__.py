@@ -7,10 +7,12 @@ The public API (names are a contract, see docs/design.md):
 - `gemm(m, n, k, dtype=..., gpu=..., batch=1)`: the GEMM performance model.
 - `analyze(model, inputs, gpu=..., precision=..., training=True)`: every op
   of a training or inference step, traced on fake tensors and timed.
+- `memory(model, inputs, gpu=..., precision=..., optimizer=..., checkpoint=...)`:
+  the memory of one training step per GPU and what fits.
 """
 
 from .analysis import Analysis
-from .api import analyze
+from .api import analyze, memory
 from .errors import DlperfError
 from .gemm import GemmResult, gemm
 from .hardware import HardwareSpec, gpu, gpus
@@ -24,5 +26,6 @@ __all__ = [
     "gemm",
     "gpu",
     "gpus",
+    "memory",
 ]
 __version__ = "0.1.0"

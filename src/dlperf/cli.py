@@ -96,6 +96,31 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def cmd_memory(args) -> int:
+    from .api import memory
+    from .report.terminal import memory_report
+
+    inputs = _model_inputs(args)
+    with _progress(args, f"tracing {args.model}"):
+        report = memory(
+            args.model,
+            inputs,
+            gpu=args.gpu,
+            precision=args.precision,
+            optimizer=args.optimizer,
+            checkpoint=args.checkpoint,
+            accumulate=args.accumulate,
+            fit=args.fit,
+            batch=args.batch,
+            seq_len=args.seq_len,
+        )
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        memory_report(report)
+    return 0
+
+
 class _progress:
     """A spinner with an op count on stderr while tracing (silent with --json or no tty)."""
 
@@ -181,6 +206,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=_positive_int, default=15, help="ops to list")
     p.add_argument("--depth", type=_positive_int, default=2, help="module tree depth")
     p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("memory", help="memory of one training step per GPU, and what fits")
+    _add_model_options(p)
+    p.add_argument(
+        "--checkpoint",
+        default="none",
+        help="gradient checkpointing of the repeated blocks: none, blocks, every:K, sqrt",
+    )
+    p.add_argument(
+        "--accumulate",
+        type=_positive_int,
+        default=1,
+        help="gradient accumulation: micro-batches per step",
+    )
+    p.add_argument(
+        "--fit",
+        action="store_true",
+        help="also find the largest batch (and sequence length) that fits",
+    )
+    p.set_defaults(func=cmd_memory)
     return parser
 
 

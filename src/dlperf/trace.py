@@ -116,6 +116,15 @@ class OpEvent:
         return found
 
 
+@dataclass(frozen=True)
+class SavedTensor:
+    """A tensor autograd keeps for backward (one entry per distinct storage)."""
+
+    module: str
+    nbytes: int
+    kind: str  # "activation", or "weight copy" (a parameter cast by autocast)
+
+
 @dataclass
 class Trace:
     events: list[OpEvent]
@@ -128,6 +137,13 @@ class Trace:
     inputs: list[TensorMeta]
     suppressed: Counter = field(default_factory=Counter)
     free_ops: int = 0
+    saved: list[SavedTensor] = field(default_factory=list)
+    module_inputs: dict[str, int] = field(default_factory=dict)  # bytes of each module's input
+    blocks: list[str] = field(default_factory=list)  # repeated blocks, in order
+
+    @property
+    def activation_bytes(self) -> int:
+        return sum(t.nbytes for t in self.saved if t.kind == "activation")
 
 
 def _meta(x):
@@ -162,6 +178,21 @@ class _Recorder(TorchDispatchMode):
         self.progress = progress
         self.module_types: dict[str, str] = {}
         self.free_ops = 0
+        self.param_ids: set[int] = set()
+        self.param_storages: set = set()
+        self.weight_copies: set = set()
+        self.masks: dict = {}  # storage key -> elements, for dropout masks
+        self.saved: dict = {}  # storage key -> SavedTensor
+
+    def pack(self, t: torch.Tensor):
+        """saved_tensors_hooks pack: note each distinct storage autograd keeps."""
+        key = _storage_key(t)
+        if key not in self.saved and key not in self.param_storages:
+            kind = "weight copy" if key in self.weight_copies else "activation"
+            path = self.stack[-1] if self.stack else LOSS_MODULE
+            nbytes = self.masks.get(key, t.untyped_storage().nbytes())
+            self.saved[key] = SavedTensor(path, nbytes, kind)
+        return t
 
     def module_path(self) -> str:
         if self.phase == "forward":
@@ -185,6 +216,13 @@ class _Recorder(TorchDispatchMode):
         if name in _FREE:
             self.free_ops += 1
             return out
+        if name == "aten._to_copy.default" and args and id(args[0]) in self.param_ids:
+            self.weight_copies.add(_storage_key(out))
+        elif name == "aten.native_dropout.default" and isinstance(out, tuple):
+            # CUDA keeps dropout masks as bool (1 byte); the CPU kernels use the data dtype
+            self.masks[_storage_key(out[1])] = out[1].numel()
+        elif name.startswith("aten.bernoulli") and isinstance(out, torch.Tensor):
+            self.masks[_storage_key(out)] = out.numel()
         path = self.module_path()
         if self.in_rnn(path):
             self.suppressed[name] += 1
@@ -206,6 +244,12 @@ class _Recorder(TorchDispatchMode):
 
 
 _NAMES: dict = {}
+
+
+def _storage_key(t: torch.Tensor):
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    return StorageWeakRef(t.untyped_storage())
 
 
 def _free_ops() -> set[str]:
@@ -413,6 +457,9 @@ def trace(
 
     recorder = _Recorder(progress)
     recorder.module_types = module_types
+    recorder.param_ids = {id(t) for t in params.values()}
+    recorder.param_storages = {_storage_key(t) for t in params.values()}
+    module_inputs: dict[str, int] = {}
     rnn_calls: list[tuple[nn.RNNBase, str, torch.Tensor]] = []
     calls: list[set] = []  # per module call: the autograd nodes behind its inputs
     open_calls: list[int] = []  # the calls still running, innermost last
@@ -422,6 +469,9 @@ def trace(
         if path is None:
             return
         recorder.stack.append(path)
+        if path not in module_inputs:
+            first = hook_args[0] if hook_args else None
+            module_inputs[path] = first.nbytes if isinstance(first, torch.Tensor) else 0
         if training:
             open_calls.append(len(calls))
             calls.append(_grad_fns(hook_args, set()))
@@ -457,7 +507,8 @@ def trace(
     try:
         model.train(training)
         with fake_mode, recorder:
-            with autocast, torch.set_grad_enabled(training):
+            saving = torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t)
+            with autocast, torch.set_grad_enabled(training), saving:
                 out = functional_call(model, params, args, kwargs)
                 loss = _loss_of(out) if training else None
             if training:
@@ -490,4 +541,25 @@ def trace(
         inputs=input_meta,
         suppressed=recorder.suppressed,
         free_ops=recorder.free_ops,
+        saved=list(recorder.saved.values()),
+        module_inputs=module_inputs,
+        blocks=repeated_blocks(model),
     )
+
+
+def repeated_blocks(model: nn.Module) -> list[str]:
+    """Paths of the model's repeated blocks: children of a container (ModuleList
+    or Sequential) that share one type, have submodules of their own, and
+    number two or more (transformer layers, ResNet bottlenecks). In order."""
+    found = []
+    for path, module in model.named_modules():
+        if not isinstance(module, (nn.ModuleList, nn.Sequential)):
+            continue
+        children = list(module.named_children())
+        kinds = Counter(type(c).__name__ for _, c in children)
+        for name, child in children:
+            if kinds[type(child).__name__] >= 2 and any(True for _ in child.children()):
+                child_path = f"{path}.{name}" if path else name
+                if not any(child_path.startswith(p + ".") for p in found):
+                    found.append(child_path)
+    return found

@@ -197,3 +197,63 @@ def analysis_report(a, top: int = 15, depth: int = 2, console: Console | None = 
         console.print(
             f"[yellow]unsupported ops (priced as memory-bound on their tensors):[/] {listed}"
         )
+
+
+def gib(value: float) -> str:
+    return f"{value / 2**30:.2f} GiB"
+
+
+def memory_report(r, console: Console | None = None) -> None:
+    console = console or _wide_console()
+    micro = f", micro-batch {r.micro_batch} x {r.accumulate}" if r.accumulate > 1 else ""
+    console.print(
+        f"[bold]{r.model}[/] training on [bold]{r.gpu}[/], {r.precision}, {r.optimizer}, "
+        f"checkpoint {r.checkpoint}: batch {r.batch}{micro}, {r.params / 1e6:,.1f} M parameters"
+    )
+    verdict = "[green]fits[/]" if r.fits else "[red]does not fit[/]"
+    console.print(
+        f"peak {gib(r.peak_bytes)} during {r.peak_phase} of {gib(r.capacity_bytes)}: {verdict}"
+    )
+    table = Table(title="breakdown")
+    table.add_column("term")
+    table.add_column("bytes", justify="right")
+    table.add_column("per parameter", justify="right")
+    for label, value in (
+        ("weights", r.weights_bytes),
+        ("gradients", r.gradients_bytes),
+        ("optimizer states", r.optimizer_bytes),
+        ("activations (saved for backward)", r.activations_bytes),
+        ("largest backward transient", r.transient_bytes),
+        ("overhead (context, workspace, allocator)", r.overhead_bytes),
+    ):
+        per = (
+            f"{value / r.params:.1f} B"
+            if r.params and label in ("weights", "gradients", "optimizer states")
+            else ""
+        )
+        table.add_row(label, gib(value), per)
+    console.print(table)
+    if r.recompute_s:
+        console.print(f"checkpointing recomputes {seconds(r.recompute_s)} of forward per step")
+    what_if = Table(title="checkpointing what-ifs")
+    for col in ("checkpoint", "activations", "peak", "recompute", "fits"):
+        what_if.add_column(col, justify="right" if col != "checkpoint" else "left")
+    for p in r.policies:
+        what_if.add_row(
+            p["checkpoint"],
+            gib(p["activations_bytes"]),
+            gib(p["peak_bytes"]),
+            seconds(p["recompute_s"]),
+            "yes" if p["fits"] else "no",
+        )
+    console.print(what_if)
+    mods = Table(title="activations by module (top 12)")
+    mods.add_column("module")
+    mods.add_column("saved", justify="right")
+    for name, value in list(r.by_module.items())[:12]:
+        mods.add_row(name, gib(value))
+    console.print(mods)
+    if r.max_batch is not None:
+        console.print(f"largest batch that fits: {r.max_batch}")
+    if r.max_seq_len is not None:
+        console.print(f"largest sequence length that fits at this batch: {r.max_seq_len}")

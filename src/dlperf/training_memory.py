@@ -1,0 +1,245 @@
+"""Memory of one training step per GPU, from the traced model.
+
+Persistent state per parameter (the seeds' table): fp32 training keeps 4 B of
+weights and 4 B of gradients; mixed precision keeps fp32 master weights and
+a half-precision copy (6 B) with fp32 gradients (4 B); pure fp16/bf16
+training keeps 2 B + 2 B. Optimizer states: AdamW 8 B (two fp32 moments),
+SGD with momentum 4 B, plain SGD none, 8-bit Adam 2 B, Adafactor a factored
+second moment (one row and one column per matrix, counted from the shapes).
+
+Activations are exactly the tensors autograd saved for backward in the
+fake-tensor trace (one count per distinct storage, parameters excluded),
+attributed to the module that ran when they were saved. Autocast's weight
+copies are counted with the weights (the 2 B of the 6 B above), not twice.
+
+The peak is the largest of: the end of forward (state + activations), the
+backward pass (state + activations + gradients + the largest transient of
+one backward op: an upper bound, since activations are freed as gradients
+are made), and the optimizer step (state + gradients).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from .errors import DlperfError
+from .hardware import HardwareSpec
+from .trace import Trace
+
+# Framework overhead, stated constants (not measured here): the CUDA context
+# with PyTorch's kernels loaded; cuBLAS workspaces (larger on Hopper and later);
+# allocator rounding and fragmentation as a share of the activation memory.
+CUDA_CONTEXT_BYTES = 500 * 2**20
+CUBLAS_WORKSPACE_BYTES = {"hopper": 32 * 2**20, "blackwell": 32 * 2**20}
+DEFAULT_CUBLAS_WORKSPACE_BYTES = 4 * 2**20
+ALLOCATOR_SLACK = 0.05
+
+OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "sgd": 0, "sgd-momentum": 4, "adam8bit": 2}
+OPTIMIZERS = (*OPTIMIZER_STATE_BYTES, "adafactor")
+CHECKPOINT_HELP = "none, blocks, every:K or sqrt"
+
+
+def state_bytes_per_param(precision_name: str) -> tuple[int, int]:
+    """(weight bytes, gradient bytes) per parameter under a precision policy."""
+    if precision_name.startswith("amp-"):
+        return 6, 4
+    if precision_name in ("fp16", "bf16"):
+        return 2, 2
+    return 4, 4
+
+
+def optimizer_bytes(optimizer: str, params: int, shapes: list[tuple[int, ...]]) -> int:
+    if optimizer == "adafactor":  # factored second moment: rows + columns per matrix
+        return 4 * sum((s[0] + math.prod(s[1:])) if len(s) >= 2 else s[0] for s in shapes)
+    if optimizer not in OPTIMIZER_STATE_BYTES:
+        raise DlperfError(f"unknown optimizer {optimizer!r}; choose from: {', '.join(OPTIMIZERS)}")
+    return OPTIMIZER_STATE_BYTES[optimizer] * params
+
+
+def overhead_bytes(spec: HardwareSpec, activations: float) -> int:
+    if spec.kind == "cpu":
+        return int(ALLOCATOR_SLACK * activations)
+    workspace = CUBLAS_WORKSPACE_BYTES.get(spec.architecture, DEFAULT_CUBLAS_WORKSPACE_BYTES)
+    return int(CUDA_CONTEXT_BYTES + workspace + ALLOCATOR_SLACK * activations)
+
+
+@dataclass
+class CheckpointPlan:
+    """Activation memory and recompute cost of one checkpointing policy."""
+
+    policy: str
+    activations_bytes: int
+    recompute_s: float
+    segments: int
+
+
+def parse_checkpoint(text: str) -> tuple[str, int]:
+    text = (text or "none").lower()
+    if text in ("none", "blocks", "sqrt"):
+        return text, 1
+    kind, _, k = text.partition(":")
+    if kind == "every" and k.isdigit() and int(k) >= 1:
+        return "every", int(k)
+    raise DlperfError(f"unknown checkpoint policy {text!r}; use {CHECKPOINT_HELP}")
+
+
+def checkpoint_plan(trace: Trace, policy: str, forward_time: dict[str, float]) -> CheckpointPlan:
+    """Activations when the repeated blocks are checkpointed in segments.
+
+    A checkpointed segment keeps only its input; its own activations come back,
+    one segment at a time, when backward recomputes its forward.
+    """
+    kind, k = parse_checkpoint(policy)
+    total = trace.activation_bytes
+    blocks = trace.blocks
+    if kind == "none" or not blocks:
+        return CheckpointPlan(
+            "none" if kind == "none" else f"{policy} (no repeated blocks)", total, 0.0, 0
+        )
+    per_block = {b: 0 for b in blocks}
+    outside = 0
+    for t in trace.saved:
+        if t.kind != "activation":
+            continue
+        owner = next((b for b in blocks if t.module == b or t.module.startswith(b + ".")), None)
+        if owner is None:
+            outside += t.nbytes
+        else:
+            per_block[owner] += t.nbytes
+    if kind == "sqrt":
+        k = max(1, math.ceil(math.sqrt(len(blocks))))
+    elif kind == "blocks":
+        k = 1
+    segments = [blocks[i : i + k] for i in range(0, len(blocks), k)]
+    kept = sum(trace.module_inputs.get(seg[0], 0) for seg in segments)
+    largest = max(sum(per_block[b] for b in seg) for seg in segments)
+    recompute = sum(forward_time.get(b, 0.0) for b in blocks)
+    return CheckpointPlan(
+        f"{kind}" + (f":{k}" if kind == "every" else ""),
+        int(outside + kept + largest),
+        recompute,
+        len(segments),
+    )
+
+
+@dataclass
+class MemoryReport:
+    model: str
+    gpu: str
+    precision: str
+    optimizer: str
+    checkpoint: str
+    accumulate: int
+    batch: int
+    micro_batch: int
+    params: int
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+    transient_bytes: int
+    overhead_bytes: int
+    peak_bytes: int
+    peak_phase: str
+    capacity_bytes: int
+    recompute_s: float = 0.0
+    max_batch: int | None = None
+    max_seq_len: int | None = None
+    by_module: dict[str, int] = field(default_factory=dict)
+    policies: list[dict] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.capacity_bytes
+
+    def to_dict(self) -> dict:
+        out = dict(self.__dict__)
+        out["fits"] = self.fits
+        return out
+
+
+def transient_bytes(trace: Trace) -> int:
+    """The largest working set of one backward op: its outputs and incoming gradient."""
+    largest = 0
+    for e in trace.events:
+        if e.phase != "backward":
+            continue
+        inputs = e.tensors()
+        incoming = inputs[0].nbytes if inputs else 0
+        largest = max(largest, incoming + sum(o.nbytes for o in e.outputs))
+    return largest
+
+
+def by_module(trace: Trace, depth: int = 2) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for t in trace.saved:
+        if t.kind != "activation":
+            continue
+        key = ".".join(t.module.split(".")[:depth]) if t.module else "(model)"
+        out[key] = out.get(key, 0) + t.nbytes
+    return dict(sorted(out.items(), key=lambda kv: kv[1], reverse=True))
+
+
+def step_memory(
+    trace: Trace,
+    spec: HardwareSpec,
+    optimizer: str,
+    checkpoint: str,
+    forward_time: dict[str, float],
+) -> dict:
+    """The memory terms of one step, for a trace at the micro-batch size."""
+    w_per, g_per = state_bytes_per_param(trace.precision.name)
+    weights = w_per * trace.params
+    grads = g_per * trace.trainable_params
+    states = (
+        optimizer_bytes(optimizer, trace.trainable_params, trace.param_shapes)
+        if trace.training
+        else 0
+    )
+    plan = checkpoint_plan(trace, checkpoint, forward_time)
+    acts = plan.activations_bytes
+    transient = transient_bytes(trace)
+    overhead = overhead_bytes(spec, acts + transient)
+    persistent = weights + states + overhead
+    phases = {
+        "forward": persistent + acts,
+        "backward": persistent + acts + grads + transient,
+        "optimizer": persistent + grads,
+    }
+    peak_phase = max(phases, key=phases.get)
+    return {
+        "weights_bytes": weights,
+        "gradients_bytes": grads,
+        "optimizer_bytes": states,
+        "activations_bytes": acts,
+        "transient_bytes": transient,
+        "overhead_bytes": overhead,
+        "peak_bytes": phases[peak_phase],
+        "peak_phase": peak_phase,
+        "recompute_s": plan.recompute_s,
+        "policy": plan.policy,
+    }
+
+
+def resize_inputs(inputs, batch: int | None = None, seq_len: int | None = None):
+    """Meta tensors like `inputs` with dim 0 = batch (and dim 1 = seq_len for
+    integer token tensors), for tracing the same model at another size."""
+
+    def resize(t):
+        if not isinstance(t, torch.Tensor) or t.dim() == 0:
+            return t
+        shape = list(t.shape)
+        if batch:
+            shape[0] = batch
+        if seq_len and t.dim() >= 2 and not t.is_floating_point():
+            shape[1] = seq_len
+        return torch.empty(shape, dtype=t.dtype, device="meta")
+
+    if isinstance(inputs, dict):
+        return {k: resize(v) for k, v in inputs.items()}
+    if isinstance(inputs, (list, tuple)):
+        return type(inputs)(resize(v) for v in inputs)
+    return resize(inputs)

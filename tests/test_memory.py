@@ -1,0 +1,143 @@
+"""Training memory: the seeds' per-parameter bytes, saved activations
+against PyTorch's own, Korthikanti et al.'s formula, checkpointing."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
+
+import dlperf
+from dlperf.errors import DlperfError
+from dlperf.trace import trace
+from dlperf.training_memory import optimizer_bytes, parse_checkpoint, state_bytes_per_param
+
+sys.path.insert(0, str(Path(__file__).parent))
+from gpt_layer import GPT  # noqa: E402
+
+
+def test_seed_bytes_per_parameter():
+    # fp32 training: 4 B weights + 4 B gradients
+    assert state_bytes_per_param("fp32") == (4, 4)
+    assert state_bytes_per_param("tf32") == (4, 4)
+    # mixed precision: fp32 master + half copy = 6 B, fp32 gradients = 4 B
+    assert state_bytes_per_param("amp-fp16") == (6, 4)
+    assert state_bytes_per_param("amp-bf16") == (6, 4)
+    assert state_bytes_per_param("bf16") == (2, 2)
+    n = 1000
+    assert optimizer_bytes("adamw", n, []) == 8 * n  # two fp32 moments
+    assert optimizer_bytes("sgd-momentum", n, []) == 4 * n  # one state
+    assert optimizer_bytes("adam8bit", n, []) == 2 * n  # two 8-bit states
+    assert optimizer_bytes("sgd", n, []) == 0
+    # Adafactor: a 300x200 matrix keeps 300 + 200 fp32 values, a 50-vector 50
+    assert optimizer_bytes("adafactor", 60050, [(300, 200), (50,)]) == 4 * (500 + 50)
+
+
+def real_saved_bytes(model, x) -> int:
+    """What PyTorch itself saves for backward on real CPU tensors (one count per
+    storage; parameters and buffers are weights, not activations)."""
+    state = {StorageWeakRef(t.untyped_storage()) for t in [*model.parameters(), *model.buffers()]}
+    saved = {}
+
+    def pack(t):
+        key = StorageWeakRef(t.untyped_storage())
+        if key not in state:
+            saved.setdefault(key, t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(x)
+        nn.functional.cross_entropy(out, torch.zeros(out.shape[0], dtype=torch.long))
+    return sum(saved.values())
+
+
+def test_saved_activations_equal_what_pytorch_saves():
+    torchvision = pytest.importorskip("torchvision")
+    model = torchvision.models.resnet18(num_classes=10)
+    x = torch.randn(2, 3, 64, 64)
+    assert trace(model, x, precision="fp32").activation_bytes == real_saved_bytes(model, x)
+    mlp = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64), nn.Linear(64, 10))
+    x = torch.randn(8, 32)
+    assert trace(mlp, x, precision="fp32").activation_bytes == real_saved_bytes(mlp, x)
+
+
+def test_gpt_layer_activations_match_korthikanti():
+    # Korthikanti et al. 2022, no recomputation, 16-bit: 34 s b h + 5 a s^2 b bytes per layer.
+    s, b, h, a = 512, 4, 1024, 16
+    with torch.device("meta"):
+        model = GPT(layers=2, hidden=h, heads=a)
+    t = trace(model, torch.empty(s, b, h, device="meta"), precision="fp16")
+    per_layer = sum(x.nbytes for x in t.saved if x.module.startswith("layers.0"))
+    formula = 34 * s * b * h + 5 * a * s * s * b  # 71.3e6 + 83.9e6 = 155.2e6
+    assert per_layer == pytest.approx(formula, rel=0.10)
+    # The only extra is the two layer norms' mean and rstd (s b values each, 2 or 4
+    # bytes), which the paper leaves out as too small. Dropout masks count one byte
+    # per element, as CUDA stores them (the CPU kernels store the data dtype).
+    assert 0 < per_layer - formula <= 2 * 2 * s * b * 4
+
+
+def test_checkpointing_keeps_block_inputs_only():
+    s, b, h, a = 128, 2, 256, 4
+    with torch.device("meta"):
+        model = GPT(layers=4, hidden=h, heads=a)
+    x = torch.empty(s, b, h, device="meta")
+    none = dlperf.memory(model, x, precision="fp16", checkpoint="none")
+    blocks = dlperf.memory(model, x, precision="fp16", checkpoint="blocks")
+    every2 = dlperf.memory(model, x, precision="fp16", checkpoint="every:2")
+    per_layer = none.activations_bytes / 4
+    # blocks: 4 layer inputs (2 s b h bytes each) + one layer's activations, recomputed
+    assert blocks.activations_bytes == pytest.approx(4 * 2 * s * b * h + per_layer)
+    # every:2: 2 segment inputs + two layers' activations
+    assert every2.activations_bytes == pytest.approx(2 * 2 * s * b * h + 2 * per_layer)
+    assert blocks.recompute_s > 0 and none.recompute_s == 0
+    assert blocks.peak_bytes < none.peak_bytes
+
+
+def test_memory_report_and_fit():
+    model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024))
+    x = torch.empty(64, 1024, device="meta")
+    r = dlperf.memory(model, x, gpu="t4", precision="fp32", optimizer="adamw", fit=True)
+    n = 1024 * 4096 + 4096 + 4096 * 1024 + 1024  # 8,393,728 parameters
+    assert r.params == n
+    assert (r.weights_bytes, r.gradients_bytes, r.optimizer_bytes) == (4 * n, 4 * n, 8 * n)
+    doc = r.to_dict()
+    for key in (
+        "weights_bytes",
+        "gradients_bytes",
+        "optimizer_bytes",
+        "activations_bytes",
+        "overhead_bytes",
+        "peak_bytes",
+        "peak_phase",
+        "fits",
+        "max_batch",
+        "by_module",
+    ):
+        assert key in doc
+    assert r.fits and r.max_batch > 64
+    bigger = dlperf.memory(
+        model, torch.empty(r.max_batch + 1, 1024, device="meta"), gpu="t4", precision="fp32"
+    )
+    assert not bigger.fits
+
+
+def test_accumulation_shrinks_activations_not_gradients():
+    model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256))
+    x = torch.empty(64, 256, device="meta")
+    one = dlperf.memory(model, x, precision="fp32")
+    four = dlperf.memory(model, x, precision="fp32", accumulate=4)
+    assert four.micro_batch == 16
+    # a quarter, up to the loss's few scalar bytes that do not scale with the batch
+    assert four.activations_bytes == pytest.approx(one.activations_bytes / 4, rel=1e-3)
+    assert four.gradients_bytes == one.gradients_bytes
+    with pytest.raises(DlperfError, match="must divide the batch"):
+        dlperf.memory(model, x, accumulate=5)
+
+
+def test_bad_memory_options():
+    with pytest.raises(DlperfError, match="unknown checkpoint policy"):
+        parse_checkpoint("every:zero")
+    with pytest.raises(DlperfError, match="unknown optimizer"):
+        dlperf.memory(nn.Linear(2, 2), torch.empty(1, 2), optimizer="lion")
