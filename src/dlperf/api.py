@@ -197,3 +197,128 @@ def _largest(peak_at, capacity: int, step: int = 1, limit: int = 1 << 20) -> int
             break
         low, high = (mid, high) if fits(mid) else (low, mid)
     return low
+
+
+def _profile(model, inputs, name, spec, policy, optimizer, micro_batch):
+    """One traced step at the micro-batch size, summarised for the planner."""
+    from .parallel import ModelProfile
+    from .training_memory import resize_inputs, transient_bytes
+
+    step_inputs = resize_inputs(inputs, batch=micro_batch)
+    recorded = trace(model, step_inputs, training=True, precision=policy)
+    timing = analyze_trace(recorded, spec, model_name=name, optimizer=optimizer)
+    blocks = recorded.blocks
+
+    def in_block(path: str) -> bool:
+        return any(path == b or path.startswith(b + ".") for b in blocks)
+
+    block_time = {"forward": 0.0, "backward": 0.0}
+    other_time = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+    for row in timing.rows:
+        target = block_time if in_block(row.module) and row.phase in block_time else other_time
+        target[row.phase] += row.time_s
+    block_acts = sum(
+        t.nbytes for t in recorded.saved if t.kind == "activation" and in_block(t.module)
+    )
+    other_acts = recorded.activation_bytes - block_acts
+    sizes = dict(model.named_modules())
+    block_params = sum(sum(p.numel() for p in sizes[b].parameters()) for b in blocks)
+    n = max(len(blocks), 1)
+    first = _first_tensor(step_inputs)
+    tokens = (
+        int(first.shape[1])
+        if first is not None and first.dim() == 2 and not first.is_floating_point()
+        else 0
+    )
+    return ModelProfile(
+        name=name,
+        params=recorded.params,
+        block_params=block_params,
+        blocks=len(blocks),
+        block_activations_bytes=block_acts / n,
+        other_activations_bytes=other_acts,
+        block_output_bytes=max((recorded.module_inputs.get(b, 0) for b in blocks), default=0),
+        block_forward_s=block_time["forward"] / n,
+        block_backward_s=block_time["backward"] / n,
+        other_forward_s=other_time["forward"],
+        other_backward_s=other_time["backward"],
+        optimizer_s=other_time["optimizer"],
+        transient_bytes=transient_bytes(recorded),
+        micro_batch=micro_batch,
+        tokens_per_sample=tokens,
+        precision=policy.name,
+        optimizer=optimizer,
+        param_shapes=recorded.param_shapes,
+    )
+
+
+def plan(
+    model,
+    inputs=None,
+    gpu: str | HardwareSpec = "h100-sxm5-80gb",
+    gpus: int = 8,
+    gpus_per_node: int = 8,
+    global_batch: int | None = None,
+    micro_batch: int | None = None,
+    precision: str = "amp-bf16",
+    optimizer: str = "adamw",
+    node_network_bytes_per_s: float | None = None,
+    seq_len: int | None = None,
+    measured_interconnect: dict | None = None,
+):
+    """Rank data/tensor/pipeline/ZeRO plans of `model` on `gpus` GPUs: memory
+    per GPU, collectives, step time and throughput; fitting plans first."""
+    from .parallel import interconnect_for, plans
+
+    spec = get_gpu(gpu)
+    policy = get_precision(precision)
+    if gpus < 1 or gpus_per_node < 1:
+        raise DlperfError("--gpus and --gpus-per-node must be positive")
+    name, model, inputs = _resolve(model, inputs, micro_batch or 1, seq_len)
+    first = _first_tensor(inputs)
+    sequence = first is not None and first.dim() == 2 and not first.is_floating_point()
+    mb = micro_batch or (1 if sequence else int(first.shape[0]) if first is not None else 1)
+    batch = global_batch or 4 * gpus * mb
+    profile = _profile(model, inputs, name, spec, policy, optimizer, mb)
+    net = interconnect_for(spec, min(gpus_per_node, gpus), node_network_bytes_per_s)
+    if measured_interconnect:  # measured by `dlperf measure-comm`: one link for all groups
+        from dataclasses import replace
+
+        bandwidth = measured_interconnect["bandwidth_bytes_per_s"]
+        net = replace(
+            net,
+            intra_node_bytes_per_s=bandwidth,
+            inter_node_bytes_per_s=bandwidth,
+            latency_s=measured_interconnect.get("latency_s", net.latency_s),
+        )
+    ranked = plans(profile, spec, net, gpus, batch)
+    if not ranked:
+        raise DlperfError(
+            f"no plan divides global batch {batch} into micro-batches of {mb} over {gpus} GPUs; "
+            "pick --global-batch as a multiple of gpus x micro-batch"
+        )
+    return PlanReport(
+        model=name,
+        gpu=spec.id,
+        gpus=gpus,
+        gpus_per_node=net.gpus_per_node,
+        global_batch=batch,
+        micro_batch=mb,
+        precision=policy.name,
+        params=profile.params,
+        plans=ranked,
+    )
+
+
+class PlanReport:
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    @property
+    def best(self):
+        return self.plans[0]
+
+    def to_dict(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items() if k != "plans"}
+        out["plans"] = [p.to_dict() for p in self.plans]
+        return out

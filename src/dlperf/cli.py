@@ -121,6 +121,75 @@ def cmd_memory(args) -> int:
     return 0
 
 
+def _read_interconnect(path: str) -> dict:
+    """A measured interconnect file: plain JSON, never code."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except OSError as err:
+        raise DlperfError(f"cannot read {path}: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise DlperfError(f"{path} is not valid JSON: {err.msg} at line {err.lineno}") from None
+    bandwidth = doc.get("bandwidth_bytes_per_s") if isinstance(doc, dict) else None
+    if not isinstance(bandwidth, (int, float)) or bandwidth <= 0:
+        raise DlperfError(f"{path}: field 'bandwidth_bytes_per_s' must be a positive number")
+    return doc
+
+
+def cmd_plan(args) -> int:
+    from .api import plan
+    from .report.terminal import plan_report
+
+    inputs = _model_inputs(args)
+    network = args.node_network_gbps * 1e9 / 8 if args.node_network_gbps else None
+    measured = _read_interconnect(args.interconnect) if args.interconnect else None
+    with _progress(args, f"tracing {args.model}"):
+        report = plan(
+            args.model,
+            inputs,
+            gpu=args.gpu,
+            gpus=args.gpus,
+            gpus_per_node=args.gpus_per_node,
+            global_batch=args.global_batch,
+            micro_batch=args.micro_batch,
+            precision=args.precision,
+            optimizer=args.optimizer,
+            node_network_bytes_per_s=network,
+            seq_len=args.seq_len,
+            measured_interconnect=measured,
+        )
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        plan_report(report, top=args.top)
+    return 0
+
+
+def cmd_measure_comm(args) -> int:
+    from .measure.comm import DEFAULT_SIZES, measure_comm
+    from .report.terminal import comm_report
+
+    sizes = DEFAULT_SIZES
+    if args.sizes:
+        try:
+            sizes = [int(float(s)) for s in args.sizes.split(",")]
+        except ValueError:
+            raise DlperfError(
+                f"--sizes {args.sizes!r} is not a comma-separated list of byte counts"
+            )
+        if any(s <= 0 for s in sizes):
+            raise DlperfError("--sizes must be positive byte counts")
+    result = measure_comm(args.nproc, args.backend, sizes, repeats=args.repeats)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result["interconnect"], f, indent=2)
+    if args.json:
+        _print_json(result)
+    else:
+        comm_report(result)
+    return 0
+
+
 class _progress:
     """A spinner with an op count on stderr while tracing (silent with --json or no tty)."""
 
@@ -226,6 +295,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="also find the largest batch (and sequence length) that fits",
     )
     p.set_defaults(func=cmd_memory)
+
+    p = sub.add_parser("plan", help="rank data/tensor/pipeline/ZeRO plans on many GPUs")
+    _add_model_options(p)
+    p.add_argument("--gpus", type=_positive_int, default=8, help="GPUs in all")
+    p.add_argument("--gpus-per-node", type=_positive_int, default=8)
+    p.add_argument("--nodes", type=_positive_int, help="nodes (sets --gpus with --gpus-per-node)")
+    p.add_argument("--global-batch", type=_positive_int, help="samples per optimizer step")
+    p.add_argument("--micro-batch", type=_positive_int, help="samples per forward pass")
+    p.add_argument(
+        "--node-network-gbps",
+        type=float,
+        help="inter-node bandwidth per node in Gb/s (default 8 x 200)",
+    )
+    p.add_argument("--top", type=_positive_int, default=12, help="plans to list")
+    p.add_argument(
+        "--interconnect",
+        metavar="FILE",
+        help="measured interconnect (JSON from `dlperf measure-comm --out`)",
+    )
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("measure-comm", help="time real collectives with torch.distributed")
+    p.add_argument("--nproc", type=_positive_int, default=2, help="worker processes")
+    p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
+    p.add_argument("--sizes", help="comma-separated buffer sizes in bytes")
+    p.add_argument("--repeats", type=_positive_int, default=5)
+    p.add_argument("--out", help="write the fitted interconnect (JSON) for `dlperf plan`")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(func=cmd_measure_comm)
     return parser
 
 
@@ -235,6 +333,8 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if getattr(args, "nodes", None):
+        args.gpus = args.nodes * args.gpus_per_node
     try:
         return args.func(args)
     except DlperfError as err:

@@ -257,3 +257,74 @@ def memory_report(r, console: Console | None = None) -> None:
         console.print(f"largest batch that fits: {r.max_batch}")
     if r.max_seq_len is not None:
         console.print(f"largest sequence length that fits at this batch: {r.max_seq_len}")
+
+
+def plan_report(r, top: int = 12, console: Console | None = None) -> None:
+    console = console or _wide_console()
+    console.print(
+        f"[bold]{r.model}[/] on {r.gpus} x [bold]{r.gpu}[/] ({r.gpus_per_node} per node), "
+        f"{r.precision}: global batch {r.global_batch}, micro-batch {r.micro_batch}, "
+        f"{r.params / 1e9:,.2f} B parameters"
+    )
+    fitting = sum(p.fits for p in r.plans)
+    console.print(f"{fitting} of {len(r.plans)} plans fit in memory; best first")
+    table = Table()
+    for col in (
+        "plan",
+        "micro-batches",
+        "memory/GPU",
+        "fits",
+        "compute",
+        "comm (exposed)",
+        "step",
+        "throughput",
+    ):
+        table.add_column(col, justify="left" if col == "plan" else "right")
+    for p in r.plans[:top]:
+        rate = (
+            f"{p.tokens_per_s:,.0f} tok/s"
+            if p.tokens_per_s
+            else f"{p.samples_per_s:,.1f} samples/s"
+        )
+        table.add_row(
+            p.name,
+            str(p.accumulate),
+            gib(p.memory_per_gpu_bytes),
+            "yes" if p.fits else "[red]no[/]",
+            seconds(p.compute_time_s),
+            f"{seconds(p.comm_time_s)} ({seconds(p.exposed_comm_s)})",
+            seconds(p.step_time_s),
+            rate,
+        )
+    console.print(table)
+    best = r.plans[0]
+    if best.collectives:
+        parts = ", ".join(
+            f"{name} {gib(c['bytes'])} in {seconds(c['time_s'])}"
+            for name, c in best.collectives.items()
+        )
+        console.print(f"collectives per step of {best.name}: {parts}")
+
+
+def comm_report(result: dict, console: Console | None = None) -> None:
+    console = console or _wide_console()
+    console.print(f"collectives over {result['world']} ranks ({result['backend']})")
+    table = Table()
+    for col in ("collective", "bytes", "median time", "bus bandwidth"):
+        table.add_column(col, justify="left" if col == "collective" else "right")
+    for c in result["collectives"]:
+        table.add_row(
+            c["op"],
+            _si(c["bytes"], "B"),
+            seconds(c["time_s"]),
+            _si(c["bus_bandwidth_bytes_per_s"], "B/s"),
+        )
+    console.print(table)
+    for op, why in result.get("skipped", {}).items():
+        console.print(f"[yellow]{op} skipped:[/] {why}")
+    fit = result.get("interconnect") or {}
+    if fit.get("bandwidth_bytes_per_s"):
+        console.print(
+            f"fit: {_si(fit['bandwidth_bytes_per_s'], 'B/s')} per link, "
+            f"{seconds(fit['latency_s'])} per ring step"
+        )
