@@ -53,7 +53,8 @@ def test_zero_memory_matches_the_zero_paper():
     assert zero_state_bytes(p, 2, nd, psi) == pytest.approx(2 * psi + (2 + 12) * psi / nd)
     assert zero_state_bytes(p, 3, nd, psi) == pytest.approx((2 + 2 + 12) * psi / nd)
     # The paper's figure 1, 7.5B parameters on 64 GPUs:
-    # stage 1: 4 * 7.5e9 + 12 * 7.5e9 / 64 = 31.4 GB; stage 2: 2 * 7.5e9 + 14 * 7.5e9 / 64 = 16.6 GB;
+    # stage 1: 4 * 7.5e9 + 12 * 7.5e9 / 64 = 31.4 GB
+    # stage 2: 2 * 7.5e9 + 14 * 7.5e9 / 64 = 16.6 GB
     # stage 3: 16 * 7.5e9 / 64 = 1.875 GB
     assert zero_state_bytes(p, 1, 64, 7.5e9) / 1e9 == pytest.approx(31.4, abs=0.05)
     assert zero_state_bytes(p, 2, 64, 7.5e9) / 1e9 == pytest.approx(16.6, abs=0.05)

@@ -176,7 +176,7 @@ def cmd_measure_comm(args) -> int:
         except ValueError:
             raise DlperfError(
                 f"--sizes {args.sizes!r} is not a comma-separated list of byte counts"
-            )
+            ) from None
         if any(s <= 0 for s in sizes):
             raise DlperfError("--sizes must be positive byte counts")
     result = measure_comm(args.nproc, args.backend, sizes, repeats=args.repeats)
