@@ -18,23 +18,62 @@ import time
 LLAMA_7B = "hf:llama:layers=32,hidden=4096,heads=32,mlp=11008,vocab=32000"
 CASES = [
     (
+        "analyze",
         "7B decoder, seq 2048, batch 8, amp-bf16, h100",
         10.0,
         2.0,
-        [LLAMA_7B, "--seq-len", "2048", "--batch", "8", "--gpu", "h100", "--precision", "amp-bf16"],
+        [
+            LLAMA_7B,
+            "--seq-len",
+            "2048",
+            "--batch",
+            "8",
+            "--gpu",
+            "h100",
+            "--precision",
+            "amp-bf16",
+            "--train",
+        ],
     ),
     (
+        "analyze",
         "ResNet-50, batch 256, amp-fp16, a100",
         3.0,
         None,
-        ["torchvision:resnet50", "--batch", "256", "--gpu", "a100", "--precision", "amp-fp16"],
+        [
+            "torchvision:resnet50",
+            "--batch",
+            "256",
+            "--gpu",
+            "a100",
+            "--precision",
+            "amp-fp16",
+            "--train",
+        ],
+    ),
+    (
+        "plan",
+        "70B decoder (llama-70b), seq 2048, 64 x h100",
+        30.0,
+        None,
+        [
+            "hf:llama-70b",
+            "--seq-len",
+            "2048",
+            "--gpu",
+            "h100",
+            "--gpus",
+            "64",
+            "--precision",
+            "amp-bf16",
+        ],
     ),
 ]
 
 
-def run_cli(argv: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS in GB) of `dlperf analyze ARGV --json` in a new process."""
-    cmd = [sys.executable, "-m", "dlperf", "analyze", *argv, "--train", "--json"]
+def run_cli(argv: list[str], verb: str = "analyze") -> tuple[float, float]:
+    """(wall seconds, peak RSS in GB) of `dlperf VERB ARGV --json` in a new process."""
+    cmd = [sys.executable, "-m", "dlperf", verb, *argv, "--json"]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -71,10 +110,10 @@ def main() -> int:
     print(f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, {platform.processor() or 'cpu'}")
     print("| case | wall s (target) | peak RSS GB (target) |")
     print("|---|---|---|")
-    for label, wall_target, rss_target, argv in CASES:
-        wall, rss = run_cli(argv)
+    for verb, label, wall_target, rss_target, argv in CASES:
+        wall, rss = run_cli(argv, verb)
         rss_text = f"{rss:.2f}" + (f" (< {rss_target})" if rss_target else "")
-        print(f"| `dlperf analyze` {label} | {wall:.1f} (< {wall_target}) | {rss_text} |")
+        print(f"| `dlperf {verb}` {label} | {wall:.1f} (< {wall_target}) | {rss_text} |")
     warm = in_process("torchvision:resnet50", batch=256, gpu="a100", precision="amp-fp16")
     print(f"| ResNet-50 b256 inside Python, imports done | {warm:.2f} (< 3.0) | |")
     batch = 16  # batch 256 of real activations does not fit in 24 GB

@@ -9,10 +9,11 @@ The public API (names are a contract, see docs/design.md):
   of a training or inference step, traced on fake tensors and timed.
 - `memory(model, inputs, gpu=..., precision=..., optimizer=..., checkpoint=...)`:
   the memory of one training step per GPU and what fits.
+- `plan(model, inputs, gpu=..., gpus=N)`: data/tensor/pipeline/ZeRO plans, ranked.
 """
 
 from .analysis import Analysis
-from .api import analyze, memory
+from .api import analyze, memory, plan
 from .errors import DlperfError
 from .gemm import GemmResult, gemm
 from .hardware import HardwareSpec, gpu, gpus
@@ -27,5 +28,6 @@ __all__ = [
     "gpu",
     "gpus",
     "memory",
+    "plan",
 ]
 __version__ = "0.1.0"
