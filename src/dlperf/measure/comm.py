@@ -124,8 +124,8 @@ def fit_interconnect(rows: list[CollectiveResult], world: int) -> dict:
     my = sum(y for _, y in points) / n
     var = sum((x - mx) ** 2 for x, _ in points)
     slope = sum((x - mx) * (y - my) for x, y in points) / var if var else 0.0
+    if slope <= 0:  # noisy sweep: fall back to the best bandwidth seen, no latency term
+        best = max(r.bus_bandwidth_bytes_per_s for r in rows if r.op == "all_reduce")
+        return {"bandwidth_bytes_per_s": best, "latency_s": 0.0}
     latency = max(0.0, my - slope * mx)
-    return {
-        "bandwidth_bytes_per_s": 1 / slope if slope > 0 else None,
-        "latency_s": latency / max(1, 2 * (world - 1)),
-    }
+    return {"bandwidth_bytes_per_s": 1 / slope, "latency_s": latency / max(1, 2 * (world - 1))}
