@@ -10,8 +10,12 @@ The public API (names are a contract, see docs/design.md):
 - `memory(model, inputs, gpu=..., precision=..., optimizer=..., checkpoint=...)`:
   the memory of one training step per GPU and what fits.
 - `plan(model, inputs, gpu=..., gpus=N)`: data/tensor/pipeline/ZeRO plans, ranked.
+- `advise(model, inputs, gpu=..., precision=...)`: the guides' rules with
+  predicted gains; `fix(model, inputs, rules=None, ...)` applies the
+  mechanical ones and returns a new model with the same outputs.
 """
 
+from .advice.engine import advise, fix
 from .analysis import Analysis
 from .api import analyze, memory, plan
 from .errors import DlperfError
@@ -23,7 +27,9 @@ __all__ = [
     "DlperfError",
     "GemmResult",
     "HardwareSpec",
+    "advise",
     "analyze",
+    "fix",
     "gemm",
     "gpu",
     "gpus",

@@ -190,6 +190,83 @@ def cmd_measure_comm(args) -> int:
     return 0
 
 
+def cmd_advise(args) -> int:
+    from .advice import load_rules
+    from .report.terminal import advice_report, rules_table
+
+    if args.list_rules:
+        rules = load_rules()
+        if args.json:
+            _print_json(
+                {
+                    "rules": [
+                        {
+                            "rule": r.id,
+                            "title": r.title,
+                            "source": r.source,
+                            "automatic_fix": bool(r.fix),
+                        }
+                        for r in rules.values()
+                    ]
+                }
+            )
+        else:
+            rules_table(rules.values())
+        return 0
+    if not args.model:
+        raise DlperfError("advise needs a MODEL (or --list-rules)")
+    from .advice.engine import advise
+
+    inputs = _model_inputs(args)
+    with _progress(args, f"analysing {args.model}"):
+        if args.apply:
+            from .advice.engine import _context, apply_fixes, run_rules
+
+            ctx = _context(
+                args.model,
+                inputs,
+                args.gpu,
+                args.precision,
+                args.train,
+                args.optimizer,
+                args.batch,
+                args.seq_len,
+            )
+            findings = run_rules(ctx, args.apply)
+            fixed, fixed_inputs, fixed_precision = apply_fixes(ctx, findings)
+            after = ctx.reanalyze(fixed, fixed_inputs, fixed_precision).time_s
+            doc = {
+                "applied": sorted({f.rule for f in findings}),
+                "predicted_time_s": ctx.step_time_s,
+                "predicted_time_after_s": after,
+            }
+            if args.json:
+                _print_json(doc)
+            else:
+                sys.stdout.write(
+                    f"applied {', '.join(doc['applied']) or 'nothing (no finding)'}: "
+                    f"predicted step {ctx.step_time_s * 1e3:.3g} ms -> {after * 1e3:.3g} ms "
+                    f"({ctx.step_time_s / after:.2f}x)\n"
+                )
+            return 0
+        result = advise(
+            args.model,
+            inputs,
+            gpu=args.gpu,
+            precision=args.precision,
+            training=args.train,
+            optimizer=args.optimizer,
+            batch=args.batch,
+            seq_len=args.seq_len,
+            rules=args.rules,
+        )
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        advice_report(result)
+    return 0
+
+
 class _progress:
     """A spinner with an op count on stderr while tracing (silent with --json or no tty)."""
 
@@ -315,6 +392,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="measured interconnect (JSON from `dlperf measure-comm --out`)",
     )
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("advise", help="the guides' rules, tied to layers, with predicted gains")
+    _add_model_options(p)
+    p.set_defaults(func=cmd_advise)
+    p.add_argument("--list-rules", action="store_true", help="list the rules and their sources")
+    p.add_argument("--rules", help="comma-separated rule ids to run (default: all)")
+    p.add_argument(
+        "--apply",
+        metavar="RULE[,RULE]",
+        help="apply these automatic fixes and print the predicted before/after",
+    )
+    for action in p._actions:  # MODEL is optional with --list-rules
+        if action.dest == "model":
+            action.nargs = "?"
 
     p = sub.add_parser("measure-comm", help="time real collectives with torch.distributed")
     p.add_argument("--nproc", type=_positive_int, default=2, help="worker processes")

@@ -406,8 +406,9 @@ def _loss_of(out) -> torch.Tensor:
     tensors = []
 
     def collect(x):
-        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.requires_grad:
-            tensors.append(x)
+        if isinstance(x, torch.Tensor):
+            if x.is_floating_point() and x.requires_grad:
+                tensors.append(x)
         elif isinstance(x, (list, tuple)):
             for v in x:
                 collect(v)
@@ -417,7 +418,9 @@ def _loss_of(out) -> torch.Tensor:
 
     collect(out)
     if not tensors:
-        raise DlperfError("the model's output has no floating tensor to train on; use --infer")
+        raise DlperfError(
+            "the model's output needs no gradient (no trainable parameters reach it); use --infer"
+        )
     total = tensors[0].float().sum()
     for t in tensors[1:]:
         total = total + t.float().sum()

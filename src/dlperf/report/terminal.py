@@ -328,3 +328,37 @@ def comm_report(result: dict, console: Console | None = None) -> None:
             f"fit: {_si(fit['bandwidth_bytes_per_s'], 'B/s')} per link, "
             f"{seconds(fit['latency_s'])} per ring step"
         )
+
+
+def rules_table(rules, console: Console | None = None) -> None:
+    console = console or _wide_console()
+    table = Table(title="rules")
+    for col in ("rule", "what it finds", "source", "automatic fix"):
+        table.add_column(col)
+    for r in rules:
+        table.add_row(r.id, r.title, r.source, "yes" if r.fix else "")
+    console.print(table)
+
+
+def advice_report(a, console: Console | None = None) -> None:
+    console = console or _wide_console()
+    mode = "training" if a.training else "inference"
+    console.print(
+        f"[bold]{a.model}[/] on [bold]{a.gpu}[/], {a.precision}, {mode}: "
+        f"predicted step {seconds(a.predicted_time_s)} -> "
+        f"{seconds(a.predicted_time_after_s)} with every finding applied "
+        f"({a.predicted_time_s / a.predicted_time_after_s:.2f}x)"
+    )
+    if not a.findings:
+        console.print("no findings: this model follows the guides' rules on this GPU")
+        return
+    table = Table()
+    for col in ("rule", "severity", "modules", "fix", "gain", "how"):
+        table.add_column(col, overflow="fold")
+    for f in a.findings:
+        modules = ", ".join(f.modules[:3]) + (" ..." if len(f.modules) > 3 else "")
+        gain = f"{seconds(f.gain_time_s)} ({f.gain_fraction:.1%})" if f.gain_time_s else ""
+        if f.gain_memory_bytes:
+            gain += f" {gib(f.gain_memory_bytes)}"
+        table.add_row(f.rule, f.severity, modules, f.fix, gain, f.how)
+    console.print(table)

@@ -1,0 +1,95 @@
+"""Advice: rules of the GPU performance guides, tied to layers, with gains.
+
+Each rule is a function registered with `@rule`; it reads an `AdviceContext`
+(the analysis, the model, its inputs, the device) and returns `Finding`s. A
+finding's predicted gain comes from re-analysing the model with the fix
+applied (`ctx.reanalyze(...)`), never from a guess; where a fix is not a
+mechanical change of the model (a different batch size, say), the finding
+says how its gain was priced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+RULES: dict[str, Rule] = {}
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    source: str  # the seed section that motivates it
+    check: Callable
+    fix: str | None = None  # name of the automatic fix, when there is one
+
+
+@dataclass
+class Finding:
+    rule: str
+    severity: str  # "high", "medium", "low"
+    modules: list[str]
+    evidence: dict
+    fix: str
+    gain_time_s: float = 0.0
+    gain_fraction: float = 0.0
+    gain_memory_bytes: float = 0.0
+    how: str = "re-analysed with the fix applied"
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def rule(id: str, title: str, source: str, fix: str | None = None):
+    """Register a rule function `(ctx) -> list[Finding]`, once per id."""
+
+    def decorate(fn):
+        if id in RULES:
+            raise ValueError(f"rule {id} registered twice")
+        RULES[id] = Rule(id, title, source, fn, fix)
+        return fn
+
+    return decorate
+
+
+def load_rules() -> dict[str, Rule]:
+    from . import rules  # noqa: F401  (registers every rule)
+
+    return RULES
+
+
+@dataclass
+class Advice:
+    model: str
+    gpu: str
+    precision: str
+    training: bool
+    predicted_time_s: float
+    predicted_time_after_s: float
+    findings: list[Finding] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "gpu": self.gpu,
+            "precision": self.precision,
+            "training": self.training,
+            "findings": [f.to_dict() for f in self.findings],
+            "predicted_time_s": self.predicted_time_s,
+            "predicted_time_after_s": self.predicted_time_after_s,
+            "predicted_speedup": self.predicted_time_s / self.predicted_time_after_s
+            if self.predicted_time_after_s
+            else 1.0,
+        }
+
+
+MECHANICAL = (
+    "tensor-core-precision",
+    "pad-vocabulary",
+    "align-linear",
+    "channels-last",
+    "first-conv-channels",
+    "conv-bias-before-bn",
+    "fuse-qkv",
+)

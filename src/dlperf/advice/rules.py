@@ -1,0 +1,634 @@
+"""The rules, one function each, in the order of the guides' checklists."""
+
+from __future__ import annotations
+
+import math
+
+from torch import nn
+
+from ..gemm import gemm
+from ..ops import CostContext, cost_of
+from ..trace import OpEvent, TensorMeta
+from . import Finding, fixes, rule
+
+# A layer whose ops take less than this share of the step is not worth a finding.
+MIN_SHARE = 0.005
+
+
+def _share(ctx, seconds: float) -> float:
+    return seconds / ctx.step_time_s if ctx.step_time_s else 0.0
+
+
+def _severity(fraction: float) -> str:
+    return "high" if fraction >= 0.10 else "medium" if fraction >= 0.02 else "low"
+
+
+def _rows_of(ctx, path: str):
+    return [r for r in ctx.analysis.rows if r.module == path or r.module.startswith(path + ".")]
+
+
+# -- Tensor Cores -------------------------------------------------------------
+
+
+@rule(
+    "tensor-core-precision",
+    "fp32 math on a GPU with Tensor Cores: use TF32 or AMP",
+    "seed 001 §2.2; seed 002 'Mixed precision training'",
+    fix="precision",
+)
+def tensor_core_precision(ctx):
+    spec = ctx.spec
+    if ctx.precision.name != "fp32" or spec.kind == "cpu":
+        return []
+    half = "bf16" if spec.has_dtype("bf16") and spec.uses_tensor_cores("bf16") else "fp16"
+    if not (spec.has_dtype(half) and spec.uses_tensor_cores(half)):
+        return []
+    target = f"amp-{half}"
+    after = ctx.reanalyze(precision=target)
+    gain, fraction = ctx.gain_of(after)
+    if gain <= 0:  # too small a model: the casts cost more than Tensor Cores save
+        return []
+    tf32 = spec.has_dtype("tf32")
+    fix = f"train with {target} (autocast{'' if half == 'bf16' else ' and a GradScaler'})" + (
+        ", or at least enable TF32 (torch.backends.cuda.matmul.allow_tf32 = True)" if tf32 else ""
+    )
+    contraction = ctx.analysis.categories["contraction"]["time_s"]
+    return [
+        Finding(
+            "tensor-core-precision",
+            _severity(fraction),
+            ["(model)"],
+            {
+                "precision": "fp32",
+                "contraction_time_s": contraction,
+                "tensor_core_dtypes": [d for d, u in spec.math.items() if u.tensor_cores],
+            },
+            fix,
+            gain,
+            fraction,
+        )
+    ]
+
+
+def _linear_gemm_dtype(ctx) -> str:
+    dtype = ctx.contraction_dtype()
+    return dtype if ctx.spec.has_dtype(dtype) else "fp32"
+
+
+def _misaligned_linears(ctx, vocabulary: bool):
+    dtype = _linear_gemm_dtype(ctx)
+    if not ctx.spec.has_dtype(dtype) or not ctx.spec.uses_tensor_cores(dtype):
+        return [], dtype, 1
+    need, best = ctx.spec.alignment_elements(dtype)
+    vocab_sizes = {m.num_embeddings for _, m in ctx.modules_of_type(nn.Embedding)}
+    found = []
+    for path, layer in ctx.modules_of_type(nn.Linear):
+        is_vocab = layer.out_features in vocab_sizes or layer.out_features >= 16384
+        if is_vocab != vocabulary or layer.out_features % best == 0:
+            continue
+        time = sum(r.time_s for r in _rows_of(ctx, path))
+        if _share(ctx, time) >= MIN_SHARE:
+            found.append((path, layer, time))
+    return found, dtype, best
+
+
+@rule(
+    "pad-vocabulary",
+    "vocabulary (output projection) not a multiple of 8/64",
+    "seed 002/003 'Transformers': vocabulary size a multiple of 8",
+    fix="pad-linear",
+)
+def pad_vocabulary(ctx):
+    found, dtype, best = _misaligned_linears(ctx, vocabulary=True)
+    return [_pad_finding(ctx, "pad-vocabulary", found, dtype, best, "vocabulary")] if found else []
+
+
+@rule(
+    "align-linear",
+    "Linear features not multiples of the Tensor Core alignment",
+    "seed 002/003 Table 1 and 'Linear layers'",
+    fix="pad-linear",
+)
+def align_linear(ctx):
+    found, dtype, best = _misaligned_linears(ctx, vocabulary=False)
+    return [_pad_finding(ctx, "align-linear", found, dtype, best, "out_features")] if found else []
+
+
+def _pad_finding(ctx, rule_id, found, dtype, best, what):
+    sizes = {path: fixes._round_up(layer.out_features, best) for path, layer, _ in found}
+    after = ctx.reanalyze(model=fixes.pad_linear_outputs(ctx.model, sizes))
+    gain, fraction = ctx.gain_of(after)
+    evidence = {
+        path: {"out_features": layer.out_features, "padded": sizes[path], "time_s": time}
+        for path, layer, time in found
+    }
+    fix = f"pad {what} to a multiple of {best} ({dtype} on {ctx.spec.id}): " + ", ".join(
+        f"{p} {layer.out_features} -> {sizes[p]}" for p, layer, _ in found[:4]
+    )
+    return Finding(
+        rule_id, _severity(fraction), [p for p, _, _ in found], evidence, fix, gain, fraction
+    )
+
+
+# -- convolutions ---------------------------------------------------------------
+
+
+@rule(
+    "channels-last",
+    "NCHW convolutions on Tensor Cores: use channels_last (NHWC)",
+    "seed 002/003 'Convolutions'",
+    fix="channels-last",
+)
+def channels_last_rule(ctx):
+    rows = [
+        r
+        for r in ctx.analysis.rows
+        if r.family == "conv" and any(n.startswith("NCHW") for n in r.notes)
+    ]
+    if not rows:
+        return []
+    model, inputs = fixes.channels_last(ctx.model, ctx.inputs)
+    after = ctx.reanalyze(model=model, inputs=inputs)
+    gain, fraction = ctx.gain_of(after)
+    if gain <= 0:
+        return []
+    modules = sorted({r.module for r in rows})
+    return [
+        Finding(
+            "channels-last",
+            _severity(fraction),
+            modules,
+            {"nchw_conv_ops": len(rows), "time_s": sum(r.time_s for r in rows)},
+            "model.to(memory_format=torch.channels_last) and the same for inputs",
+            gain,
+            fraction,
+        )
+    ]
+
+
+@rule(
+    "first-conv-channels",
+    "first convolution with 3 input channels: pad to 4 or 8",
+    "seed 002/003 'Convolutions', figure 8 (C = 4 or a multiple of 8)",
+    fix="pad-channels",
+)
+def first_conv_channels(ctx):
+    convs = ctx.modules_of_type(nn.Conv2d)
+    if not convs or ctx.spec.kind == "cpu":
+        return []
+    path, conv = convs[0]
+    dtype = ctx.contraction_dtype()
+    if conv.in_channels % 8 == 0 or conv.in_channels == 4 or conv.groups != 1:
+        return []
+    if not (ctx.spec.has_dtype(dtype) and ctx.spec.uses_tensor_cores(dtype)):
+        return []
+    model, inputs = fixes.channels_last(fixes.pad_first_conv(ctx.model, path, 4), ctx.inputs)
+    base_model, base_inputs = fixes.channels_last(ctx.model, ctx.inputs)
+    gain = ctx.reanalyze(base_model, base_inputs).time_s - ctx.reanalyze(model, inputs).time_s
+    how = "re-analysed in NHWC, with and without the fourth channel"
+    if gain <= 0:
+        # The GEMM model prices C = 4 as a plain misaligned GEMM; cuDNN's kernels
+        # specialised for it (seed figure 8) are outside the model.
+        gain, how = (
+            0.0,
+            (
+                "no gain predicted: dlperf's GEMM model does not know cuDNN's "
+                "kernels specialised for C = 4 (seed 002, figure 8)"
+            ),
+        )
+    fraction = gain / ctx.step_time_s
+    return [
+        Finding(
+            "first-conv-channels",
+            _severity(fraction) if gain else "low",
+            [path],
+            {"in_channels": conv.in_channels, "padded": 4},
+            f"pad {path}'s input to 4 channels in NHWC (cuDNN has kernels specialised "
+            "for C = 4; or use a multiple of 8)",
+            gain,
+            fraction,
+            how=how,
+        )
+    ]
+
+
+@rule(
+    "conv-bias-before-bn",
+    "convolution bias followed by batch norm is wasted",
+    "seed 002 'Optimization techniques'",
+    fix="drop-bias",
+)
+def conv_bias_before_bn(ctx):
+    pairs = []
+    for _path, module in ctx.model.named_modules():
+        children = list(module.named_children())
+        for (a, conv), (b, bn) in zip(children, children[1:], strict=False):
+            if (
+                isinstance(conv, nn.Conv2d)
+                and conv.bias is not None
+                and isinstance(bn, nn.BatchNorm2d)
+            ):
+                prefix = f"{_path}." if _path else ""
+                pairs.append((prefix + a, prefix + b))
+    if not pairs:
+        return []
+    after = ctx.reanalyze(model=fixes.drop_conv_bias(ctx.model, pairs))
+    gain, fraction = ctx.gain_of(after)
+    params = sum(ctx.model.get_submodule(c).bias.numel() for c, _ in pairs)
+    return [
+        Finding(
+            "conv-bias-before-bn",
+            _severity(fraction),
+            [c for c, _ in pairs],
+            {"pairs": len(pairs), "bias_parameters": params},
+            "bias=False on convolutions followed by BatchNorm (the norm removes it)",
+            gain,
+            fraction,
+            gain_memory_bytes=params * 18,
+        )
+    ]
+
+
+# -- transformers ------------------------------------------------------------------
+
+
+@rule(
+    "fuse-qkv",
+    "separate Q, K, V projections: concatenate them into one GEMM",
+    "seed 002/003 'Maximizing Tensor Core usage'",
+    fix="fuse-qkv",
+)
+def fuse_qkv_rule(ctx):
+    groups = fixes.qkv_groups(ctx.model)
+    if not groups:
+        return []
+    after = ctx.reanalyze(model=fixes.fuse_qkv(ctx.model))
+    gain, fraction = ctx.gain_of(after)
+    if gain <= 0:
+        return []
+    return [
+        Finding(
+            "fuse-qkv",
+            _severity(fraction),
+            [p for p, _ in groups],
+            {"attention_modules": len(groups)},
+            "compute Q, K and V with one Linear of 3x the outputs and split it",
+            gain,
+            fraction,
+        )
+    ]
+
+
+@rule(
+    "fused-attention",
+    "explicit softmax(QK^T)V: use scaled_dot_product_attention",
+    "seed 002 'Transformer'; flash attention moves no S x S matrix",
+)
+def fused_attention(ctx):
+    modules = {}
+    for r in ctx.analysis.rows:
+        if (
+            r.family == "softmax"
+            and r.shapes
+            and len(r.shapes[0]) >= 3
+            and r.shapes[0][-1] >= 64
+            and r.shapes[0][-1] == r.shapes[0][-2]
+        ):
+            modules.setdefault(r.module, []).append(r)
+    if not modules:
+        return []
+    saved, evidence = 0.0, {}
+    cctx = CostContext(ctx.precision, ctx.spec)
+    for path, softmaxes in modules.items():
+        rows = [
+            r
+            for r in ctx.analysis.rows
+            if r.module == path
+            and r.family in ("matmul", "softmax", "dropout", "elementwise")
+            and r.phase != "optimizer"
+        ]
+        explicit = sum(r.time_s for r in rows)
+        fused = 0.0
+        for sm in softmaxes:
+            *lead, length, _ = sm.shapes[0]
+            heads = math.prod(lead)
+            head_dim = 64
+            q = TensorMeta(
+                (1, heads, length, head_dim),
+                _torch_dtype(sm.dtype),
+                (heads * length * head_dim, length * head_dim, head_dim, 1),
+            )
+            op = (
+                "aten._scaled_dot_product_flash_attention.default"
+                if sm.phase == "forward"
+                else "aten._scaled_dot_product_flash_attention_backward.default"
+            )
+            args = (q, q, q) if sm.phase == "forward" else (q, q, q, q)
+            event = OpEvent(op, args, {}, (q,), path, sm.phase)
+            from ..analysis import _GemmTimer, time_cost
+
+            cost = cost_of(event, cctx)
+            timer = _GemmTimer(ctx.spec)
+            timer.prepare(list(cost.gemms))
+            fused += time_cost(cost, ctx.spec, timer)[0]
+        gain = max(0.0, explicit - fused)
+        saved += gain
+        evidence[path] = {"explicit_time_s": explicit, "fused_time_s": fused}
+    fraction = saved / ctx.step_time_s
+    if fraction < MIN_SHARE:
+        return []
+    return [
+        Finding(
+            "fused-attention",
+            _severity(fraction),
+            list(modules),
+            evidence,
+            "use torch.nn.functional.scaled_dot_product_attention (flash/memory-efficient)",
+            saved,
+            fraction,
+            how="priced by the cost model: the attention rows against one fused "
+            "attention op of the same shape (head size taken as 64)",
+        )
+    ]
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(name, torch.float32)
+
+
+# -- quantization, bounds, latency ---------------------------------------------------
+
+
+@rule(
+    "gemm-quantization",
+    "GEMMs losing work to tile or wave quantization",
+    "seed 002/003 'Tile quantization', 'Wave quantization'",
+)
+def gemm_quantization(ctx):
+    findings = []
+    for r in ctx.analysis.rows:
+        if r.bound != "math" or _share(ctx, r.time_s) < 0.01:
+            continue
+        for g in r.gemms:
+            if g.waves > 1 and g.wave_efficiency < 0.75 or g.tile_efficiency < 0.75:
+                dtype = g.dtype if ctx.spec.has_dtype(g.dtype) else "fp32"
+                tm, tn = (int(x) for x in g.tile.split("x"))
+                m2, n2 = fixes._round_up(g.m, tm), fixes._round_up(g.n, tn)
+                now = gemm(g.m, g.n, g.k, dtype, ctx.spec, g.batch)
+                fixed = gemm(m2, n2, g.k, dtype, ctx.spec, g.batch)
+                per_flop_gain = now.time_s - fixed.time_s * (g.m * g.n) / (m2 * n2)
+                gain = max(0.0, per_flop_gain * g.count)
+                if _share(ctx, gain) < MIN_SHARE:
+                    continue
+                findings.append(
+                    Finding(
+                        "gemm-quantization",
+                        _severity(_share(ctx, gain)),
+                        [r.module],
+                        {
+                            "gemm": f"{g.m}x{g.n}x{g.k}",
+                            "tile": g.tile,
+                            "tile_efficiency": g.tile_efficiency,
+                            "waves": g.waves,
+                            "wave_efficiency": g.wave_efficiency,
+                        },
+                        f"make M, N multiples of the {g.tile} tile (e.g. {g.m}->{m2}, {g.n}->{n2}) "
+                        "or change the batch so the tiles fill whole waves",
+                        gain,
+                        _share(ctx, gain),
+                        how="priced by the GEMM model per useful FLOP",
+                    )
+                )
+    return findings
+
+
+@rule(
+    "memory-bound-share",
+    "normalization and element-wise ops take much of the step",
+    "seed 002 '% flop vs % runtime'; seed 000 checklist",
+)
+def memory_bound_share(ctx):
+    cats = ctx.analysis.categories
+    total = ctx.step_time_s
+    share = (cats["normalization"]["time_s"] + cats["elementwise"]["time_s"]) / total
+    if share < 0.25:
+        return []
+    fusible = [r for r in ctx.analysis.rows if r.category == "elementwise" and r.kernels]
+    # A fused chain writes its result once: the element-wise kernels after the first
+    # of each module and phase disappear.
+    seen, saved = set(), 0.0
+    for r in fusible:
+        key = (r.module, r.phase)
+        if key in seen:
+            saved += r.time_s
+        seen.add(key)
+    fraction = saved / total
+    return [
+        Finding(
+            "memory-bound-share",
+            _severity(fraction),
+            ["(model)"],
+            {
+                "normalization_and_elementwise_share": share,
+                "flop_share": (cats["normalization"]["flops"] + cats["elementwise"]["flops"])
+                / max(ctx.analysis.totals["flops"], 1),
+            },
+            "fuse element-wise chains (torch.compile, fused bias+activation, fused "
+            "residual+norm kernels); at inference fold batch norm into convolutions",
+            saved,
+            fraction,
+            how="priced as removing every element-wise kernel after the first of each "
+            "module and phase (their inputs stay on chip)",
+        )
+    ]
+
+
+@rule(
+    "latency-bound",
+    "many tiny kernels: launch latency dominates",
+    "seed 002 'How to find a problem?' (latency limit)",
+)
+def latency_bound(ctx):
+    rows = [r for r in ctx.analysis.rows if r.bound == "latency"]
+    time = sum(r.time_s for r in rows)
+    if _share(ctx, time) < 0.2:
+        return []
+    latency = ctx.spec.efficiency.kernel_latency_s
+    saved = sum(min(r.time_s, latency * r.kernels) for r in rows) * 0.8
+    fraction = saved / ctx.step_time_s
+    return [
+        Finding(
+            "latency-bound",
+            _severity(fraction),
+            sorted({r.module for r in rows})[:10],
+            {"latency_bound_ops": len(rows), "share_of_step": _share(ctx, time)},
+            "capture the step in CUDA graphs or torch.compile(mode='reduce-overhead'); "
+            "or grow the batch",
+            saved,
+            fraction,
+            how="priced as removing 80% of the per-kernel launch latency",
+        )
+    ]
+
+
+@rule(
+    "small-batch",
+    "batch too small for the GEMMs to be math-limited",
+    "seed 001 §2.1; seed 002 'Linear layers' (batch > 128)",
+)
+def small_batch(ctx):
+    from ..training_memory import resize_inputs
+
+    rows = [r for r in ctx.analysis.rows if r.category == "contraction" and r.bound != "math"]
+    time = sum(r.time_s for r in rows)
+    if _share(ctx, time) < 0.3 or ctx.analysis.batch >= 512:
+        return []
+    doubled = 2 * ctx.analysis.batch
+    after = ctx.reanalyze(inputs=resize_inputs(ctx.inputs, batch=doubled))
+    gain, fraction = ctx.gain_of(after, per_sample=True)
+    if fraction < 0.05:
+        return []
+    return [
+        Finding(
+            "small-batch",
+            _severity(fraction),
+            sorted({r.module for r in rows})[:10],
+            {"batch": ctx.analysis.batch, "non_math_contraction_share": _share(ctx, time)},
+            f"raise the batch (x2 = {doubled}) or accumulate fewer, larger micro-batches",
+            gain,
+            fraction,
+            how=f"re-analysed at batch {doubled}, per sample",
+        )
+    ]
+
+
+# -- recurrent layers --------------------------------------------------------------
+
+
+@rule(
+    "rnn-sizes",
+    "recurrent layer sizes: alignment and persistent kernels",
+    "seed 004 chapter 1 checklist and chapter 5",
+)
+def rnn_sizes(ctx):
+    from ..ops.rnn import PERSISTENT_MAX_HIDDEN
+
+    findings = []
+    for r in ctx.analysis.rows:
+        if r.family != "rnn" or r.phase != "forward":
+            continue
+        layer = ctx.model.get_submodule(r.module) if r.module else ctx.model
+        hidden = layer.hidden_size
+        batch = next((g.n for g in r.gemms if g.role == "recurrent forward"), 0)
+        dtype = r.dtype
+        advice = []
+        if dtype == "fp16":
+            target = fixes._round_up(hidden, 32)
+            limit = PERSISTENT_MAX_HIDDEN.get(layer.mode, 1024)
+            if hidden % 32:
+                note = "for Tensor Cores and the persistent kernel"
+                if target > limit:
+                    note = "for Tensor Cores"
+                advice.append(f"hidden size {hidden} -> {target} ({note})")
+            if batch % 8:
+                advice.append(f"minibatch {batch} -> {fixes._round_up(batch, 8)}")
+        elif dtype in ("fp32", "tf32"):
+            advice.append("train in fp16 (AMP): Tensor Cores and persistent RNN kernels")
+            if hidden % 4:
+                advice.append(f"hidden size {hidden} -> {fixes._round_up(hidden, 4)}")
+        if advice:
+            findings.append(
+                Finding(
+                    "rnn-sizes",
+                    "medium",
+                    [r.module],
+                    {"hidden_size": hidden, "minibatch": batch, "dtype": dtype},
+                    "; ".join(advice),
+                    0.0,
+                    0.0,
+                    how="a size change alters the model: no gain is predicted",
+                )
+            )
+    return findings
+
+
+# -- memory and settings -----------------------------------------------------------
+
+
+@rule(
+    "memory-fit",
+    "the training step does not fit in GPU memory",
+    "seed 002 'GPU memory', 'Gradient checkpointing / accumulation'",
+)
+def memory_fit(ctx):
+    if not ctx.training:
+        return []
+    from ..api import memory
+
+    report = memory(
+        ctx.model, ctx.inputs, gpu=ctx.spec, precision=ctx.precision.name, optimizer=ctx.optimizer
+    )
+    if report.fits:
+        return []
+    options = []
+    for p in report.policies:
+        if p["fits"]:
+            options.append(
+                f"checkpoint {p['checkpoint']} (peak {p['peak_bytes'] / 2**30:.1f} GiB,"
+                f" +{p['recompute_s'] * 1e3:.0f} ms recompute)"
+            )
+    options.append("8-bit Adam (2 B/param of states instead of 8)")
+    options.append("ZeRO/FSDP over several GPUs (`dlperf plan`)")
+    return [
+        Finding(
+            "memory-fit",
+            "high",
+            ["(model)"],
+            {"peak_bytes": report.peak_bytes, "capacity_bytes": report.capacity_bytes},
+            "; ".join(options),
+            0.0,
+            0.0,
+            gain_memory_bytes=report.peak_bytes - report.capacity_bytes,
+            how="dlperf memory, per option",
+        )
+    ]
+
+
+@rule(
+    "precision-settings",
+    "precision settings: loss scaling and bf16",
+    "seed 002 'How to use it?' (GradScaler); seed 002 'A note on data types'",
+)
+def precision_settings(ctx):
+    name = ctx.precision.name
+    findings = []
+    bf16 = ctx.spec.has_dtype("bf16") and ctx.spec.uses_tensor_cores("bf16")
+    if name in ("amp-fp16", "fp16") and ctx.training:
+        fix = "scale the loss with torch.amp.GradScaler"
+        if bf16:
+            fix += f"; or use {'amp-bf16' if name == 'amp-fp16' else 'bf16'}: same speed on "
+            fix += f"{ctx.spec.id}, fp32's range, no scaler"
+        findings.append(
+            Finding(
+                "precision-settings",
+                "low",
+                ["(model)"],
+                {"precision": name},
+                fix,
+                how="a setting: no time change predicted",
+            )
+        )
+    if any(r.family == "conv" for r in ctx.analysis.rows):
+        findings.append(
+            Finding(
+                "precision-settings",
+                "low",
+                ["(model)"],
+                {"convolutions": True},
+                "set torch.backends.cudnn.benchmark = True for static shapes",
+                how="a setting: no time change predicted",
+            )
+        )
+    return findings
