@@ -47,7 +47,10 @@ def pad_linear_outputs(model: nn.Module, paths: dict[str, int]) -> nn.Module:
     """Pad the named Linear layers' output features to the given sizes."""
     fixed = _copy(model)
     for path, size in paths.items():
-        _replace(fixed, path, PaddedLinear(fixed.get_submodule(path), size))
+        padded = PaddedLinear(fixed.get_submodule(path), size)
+        if not path:  # the model is the Linear itself
+            return padded
+        _replace(fixed, path, padded)
     return fixed
 
 
@@ -162,7 +165,10 @@ class _PadChannels(nn.Module):
 
 def pad_first_conv(model: nn.Module, path: str, channels: int = 4) -> nn.Module:
     fixed = _copy(model)
-    _replace(fixed, path, _PadChannels(fixed.get_submodule(path), channels))
+    padded = _PadChannels(fixed.get_submodule(path), channels)
+    if not path:
+        return padded
+    _replace(fixed, path, padded)
     return fixed
 
 

@@ -100,7 +100,10 @@ def _misaligned_linears(ctx, vocabulary: bool):
 )
 def pad_vocabulary(ctx):
     found, dtype, best = _misaligned_linears(ctx, vocabulary=True)
-    return [_pad_finding(ctx, "pad-vocabulary", found, dtype, best, "vocabulary")] if found else []
+    finding = (
+        _pad_finding(ctx, "pad-vocabulary", found, dtype, best, "vocabulary") if found else None
+    )
+    return [finding] if finding else []
 
 
 @rule(
@@ -111,13 +114,18 @@ def pad_vocabulary(ctx):
 )
 def align_linear(ctx):
     found, dtype, best = _misaligned_linears(ctx, vocabulary=False)
-    return [_pad_finding(ctx, "align-linear", found, dtype, best, "out_features")] if found else []
+    finding = (
+        _pad_finding(ctx, "align-linear", found, dtype, best, "out_features") if found else None
+    )
+    return [finding] if finding else []
 
 
 def _pad_finding(ctx, rule_id, found, dtype, best, what):
     sizes = {path: fixes._round_up(layer.out_features, best) for path, layer, _ in found}
     after = ctx.reanalyze(model=fixes.pad_linear_outputs(ctx.model, sizes))
     gain, fraction = ctx.gain_of(after)
+    if gain <= 0:  # the padding costs more than the alignment saves here
+        return None
     evidence = {
         path: {"out_features": layer.out_features, "padded": sizes[path], "time_s": time}
         for path, layer, time in found
@@ -367,41 +375,55 @@ def _torch_dtype(name: str):
     "seed 002/003 'Tile quantization', 'Wave quantization'",
 )
 def gemm_quantization(ctx):
-    findings = []
+    worst, saved = [], 0.0
     for r in ctx.analysis.rows:
         if r.bound != "math" or _share(ctx, r.time_s) < 0.01:
             continue
         for g in r.gemms:
-            if g.waves > 1 and g.wave_efficiency < 0.75 or g.tile_efficiency < 0.75:
-                dtype = g.dtype if ctx.spec.has_dtype(g.dtype) else "fp32"
-                tm, tn = (int(x) for x in g.tile.split("x"))
-                m2, n2 = fixes._round_up(g.m, tm), fixes._round_up(g.n, tn)
-                now = gemm(g.m, g.n, g.k, dtype, ctx.spec, g.batch)
-                fixed = gemm(m2, n2, g.k, dtype, ctx.spec, g.batch)
-                per_flop_gain = now.time_s - fixed.time_s * (g.m * g.n) / (m2 * n2)
-                gain = max(0.0, per_flop_gain * g.count)
-                if _share(ctx, gain) < MIN_SHARE:
-                    continue
-                findings.append(
-                    Finding(
-                        "gemm-quantization",
-                        _severity(_share(ctx, gain)),
-                        [r.module],
-                        {
-                            "gemm": f"{g.m}x{g.n}x{g.k}",
-                            "tile": g.tile,
-                            "tile_efficiency": g.tile_efficiency,
-                            "waves": g.waves,
-                            "wave_efficiency": g.wave_efficiency,
-                        },
-                        f"make M, N multiples of the {g.tile} tile (e.g. {g.m}->{m2}, {g.n}->{n2}) "
-                        "or change the batch so the tiles fill whole waves",
-                        gain,
-                        _share(ctx, gain),
-                        how="priced by the GEMM model per useful FLOP",
-                    )
-                )
-    return findings
+            if min(g.m, g.n) < 64:  # skinny: no tile fits it, quantization is not the issue
+                continue
+            if not (g.waves > 1 and g.wave_efficiency < 0.75 or g.tile_efficiency < 0.75):
+                continue
+            dtype = g.dtype if ctx.spec.has_dtype(g.dtype) else "fp32"
+            tm, tn = (int(x) for x in g.tile.split("x"))
+            m2, n2 = fixes._round_up(g.m, tm), fixes._round_up(g.n, tn)
+            now = gemm(g.m, g.n, g.k, dtype, ctx.spec, g.batch)
+            fixed = gemm(m2, n2, g.k, dtype, ctx.spec, g.batch)
+            gain = max(0.0, (now.time_s - fixed.time_s * (g.m * g.n) / (m2 * n2)) * g.count)
+            if gain > 0:
+                saved += gain
+                worst.append((gain, r.module, g, m2, n2))
+    if _share(ctx, saved) < MIN_SHARE:
+        return []
+    worst.sort(key=lambda item: item[0], reverse=True)
+    evidence = {
+        f"{module} {g.m}x{g.n}x{g.k}": {
+            "tile": g.tile,
+            "tile_efficiency": g.tile_efficiency,
+            "waves": g.waves,
+            "wave_efficiency": g.wave_efficiency,
+            "suggested_mn": [m2, n2],
+            "gain_s": gain,
+        }
+        for gain, module, g, m2, n2 in worst[:8]
+    }
+    fix = "; ".join(
+        f"{module}: {g.m}x{g.n} -> {m2}x{n2} ({g.tile} tiles)" for _, module, g, m2, n2 in worst[:3]
+    )
+    fraction = _share(ctx, saved)
+    return [
+        Finding(
+            "gemm-quantization",
+            _severity(fraction),
+            list(dict.fromkeys(m for _, m, _, _, _ in worst)),
+            evidence,
+            "make M and N multiples of the tile, or change the batch so tiles fill "
+            f"whole waves: {fix}",
+            saved,
+            fraction,
+            how="priced by the GEMM model per useful FLOP, GEMM by GEMM",
+        )
+    ]
 
 
 @rule(
@@ -415,16 +437,18 @@ def memory_bound_share(ctx):
     share = (cats["normalization"]["time_s"] + cats["elementwise"]["time_s"]) / total
     if share < 0.25:
         return []
-    fusible = [r for r in ctx.analysis.rows if r.category == "elementwise" and r.kernels]
-    # A fused chain writes its result once: the element-wise kernels after the first
-    # of each module and phase disappear.
-    seen, saved = set(), 0.0
-    for r in fusible:
-        key = (r.module, r.phase)
-        if key in seen:
+    # An element-wise kernel right after a GEMM (its epilogue) or after another
+    # element-wise kernel (a chain) can be fused into its producer: its input then
+    # never goes through memory. Rows are in execution order.
+    saved, previous = 0.0, {}
+    for r in ctx.analysis.rows:
+        if r.category == "elementwise" and previous.get(r.phase) in ("elementwise", "contraction"):
             saved += r.time_s
-        seen.add(key)
+        if r.category != "view":
+            previous[r.phase] = r.category
     fraction = saved / total
+    if fraction < MIN_SHARE:
+        return []
     return [
         Finding(
             "memory-bound-share",
@@ -439,8 +463,8 @@ def memory_bound_share(ctx):
             "residual+norm kernels); at inference fold batch norm into convolutions",
             saved,
             fraction,
-            how="priced as removing every element-wise kernel after the first of each "
-            "module and phase (their inputs stay on chip)",
+            how="priced as removing every element-wise kernel that directly follows a GEMM "
+            "or another element-wise kernel (fused into its producer)",
         )
     ]
 

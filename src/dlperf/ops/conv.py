@@ -55,6 +55,26 @@ def _gemm(ctx, x: TensorMeta, m, n, k, groups, role, tensor_bytes) -> Gemm:
     )
 
 
+# Channels per group at or below which a grouped convolution is no GEMM at all:
+# depthwise kernels stream the tensor once, memory-bound (seed 002, hierarchical models).
+DEPTHWISE_MAX_CHANNELS = 4
+
+
+def _depthwise(groups: int, c_g: int, k_g: int) -> bool:
+    return groups > 1 and c_g <= DEPTHWISE_MAX_CHANNELS and k_g <= DEPTHWISE_MAX_CHANNELS
+
+
+def _depthwise_cost(e: OpEvent, read: list[TensorMeta], written: list[TensorMeta], flops) -> Cost:
+    return Cost(
+        flops=flops,
+        bytes_read=sum(t.nbytes for t in read),
+        bytes_written=sum(t.nbytes for t in written),
+        category="contraction",
+        family="conv-depthwise",
+        notes=("depthwise: memory-bound, no GEMM",),
+    )
+
+
 @register(
     "aten.convolution",
     "aten._convolution",
@@ -69,6 +89,8 @@ def convolution(e: OpEvent, ctx: CostContext) -> Cost:
     groups = int(e.args[8]) if len(e.args) > 8 and isinstance(e.args[8], int) else 1
     out = e.outputs[0]
     n, in_px, out_px, c_g, k_g, taps = _dims(x, w, out, transposed, groups)
+    if _depthwise(groups, c_g, k_g):
+        return _depthwise_cost(e, [x, w], [out], n * out_px * c_g * k_g * taps * groups * 2)
     read = x.nbytes + w.nbytes + (bias.nbytes if bias else 0)
     moved = read + out.nbytes
     if transposed:
@@ -96,6 +118,9 @@ def convolution_backward(e: OpEvent, ctx: CostContext) -> Cost:
     groups = int(e.args[9])
     mask = e.args[10] if len(e.args) > 10 else [True, True, True]
     n, in_px, out_px, c_g, k_g, taps = _dims(x, w, grad_out, transposed, groups)
+    if _depthwise(groups, c_g, k_g):
+        flops = sum(mask[:2]) * n * out_px * c_g * k_g * taps * groups * 2
+        return _depthwise_cost(e, [grad_out, x, w], list(e.outputs), flops)
     gemms, read, written = [], 0, 0
     if mask[0]:  # data gradient
         moved = grad_out.nbytes + w.nbytes + x.nbytes

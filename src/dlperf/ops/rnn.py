@@ -80,8 +80,10 @@ def rnn_gemms(info: dict, phase: str, dtype: str, storage: str) -> list[Gemm]:
 def recurrent(e: OpEvent, ctx: CostContext) -> Cost:
     info = e.info
     x = e.args[0]
-    dtype = ctx.precision.contraction_dtype(x.dtype)
-    storage = DTYPE_NAMES.get(x.dtype, "fp32")
+    # Autocast runs cuDNN's RNN in half precision whatever the input's dtype.
+    run_dtype = ctx.precision.autocast_dtype or x.dtype
+    dtype = ctx.precision.contraction_dtype(run_dtype)
+    storage = DTYPE_NAMES.get(run_dtype, "fp32")
     gemms = rnn_gemms(info, e.phase, dtype, storage)
     flops = sum(g.flops for g in gemms)
     item = x.itemsize
