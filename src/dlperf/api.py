@@ -36,13 +36,7 @@ def analyze(
     """
     spec = get_gpu(gpu)
     policy = get_precision(precision)
-    name = type(model).__name__
-    if isinstance(model, str):
-        loaded = load_model(model, batch=batch, seq_len=seq_len)
-        name, model = loaded.name, loaded.module
-        inputs = loaded.inputs if inputs is None else inputs
-    if inputs is None:
-        raise DlperfError("no inputs given: pass a tensor of the input's shape (meta is fine)")
+    name, model, inputs = _resolve(model, inputs, batch, seq_len)
     recorded = trace(model, inputs, training=training, precision=policy, progress=progress)
     return analyze_trace(recorded, spec, model_name=name, optimizer=optimizer if training else "")
 

@@ -32,6 +32,15 @@ def _print_json(doc) -> None:
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
 
+def _emit(args, result, render) -> int:
+    """One JSON document with --json, else the terminal rendering."""
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        render(result)
+    return 0
+
+
 def cmd_gpus(args) -> int:
     from .hardware import gpus
     from .report.terminal import gpus_table
@@ -49,11 +58,7 @@ def cmd_gemm(args) -> int:
     from .report.terminal import gemm_report
 
     result = gemm(args.m, args.n, args.k, dtype=args.dtype, gpu=args.gpu, batch=args.batch)
-    if args.json:
-        _print_json(result.to_dict())
-    else:
-        gemm_report(result)
-    return 0
+    return _emit(args, result, gemm_report)
 
 
 def _model_inputs(args):
@@ -114,11 +119,7 @@ def cmd_memory(args) -> int:
             batch=args.batch,
             seq_len=args.seq_len,
         )
-    if args.json:
-        _print_json(report.to_dict())
-    else:
-        memory_report(report)
-    return 0
+    return _emit(args, report, memory_report)
 
 
 def _read_interconnect(path: str) -> dict:
@@ -260,11 +261,7 @@ def cmd_advise(args) -> int:
             seq_len=args.seq_len,
             rules=args.rules,
         )
-    if args.json:
-        _print_json(result.to_dict())
-    else:
-        advice_report(result)
-    return 0
+    return _emit(args, result, advice_report)
 
 
 class _progress:
