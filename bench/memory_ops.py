@@ -18,7 +18,7 @@ from torch import nn
 
 from dlperf.analysis import analyze_trace
 from dlperf.hardware import gpu
-from dlperf.trace import trace
+from dlperf.tracing import trace
 from sources import DATA
 
 FILES = {

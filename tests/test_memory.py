@@ -11,7 +11,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 import dlperf
 from dlperf.errors import DlperfError
-from dlperf.trace import trace
+from dlperf.tracing import trace
 from dlperf.training_memory import optimizer_bytes, parse_checkpoint, state_bytes_per_param
 
 sys.path.insert(0, str(Path(__file__).parent))

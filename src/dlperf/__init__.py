@@ -13,11 +13,14 @@ The public API (names are a contract, see docs/design.md):
 - `advise(model, inputs, gpu=..., precision=...)`: the guides' rules with
   predicted gains; `fix(model, inputs, rules=None, ...)` applies the
   mechanical ones and returns a new model with the same outputs.
+- `trace(path, gpu=None)`: a PyTorch profiler trace of a real GPU run, kernel
+  by kernel against the roofline.
 """
 
 from .advice.engine import advise, fix
 from .analysis import Analysis
 from .api import analyze, memory, plan
+from .api import profile_trace as trace
 from .errors import DlperfError
 from .gemm import GemmResult, gemm
 from .hardware import HardwareSpec, gpu, gpus
@@ -35,5 +38,6 @@ __all__ = [
     "gpus",
     "memory",
     "plan",
+    "trace",
 ]
 __version__ = "0.1.0"

@@ -20,7 +20,7 @@ from .ops import CATEGORIES, Cost, CostContext, Gemm, cost_of, fallback_cost
 from .optimizer import optimizer_cost
 from .precision import DTYPE_NAMES
 from .roofline import arithmetic_intensity, streaming_time_s
-from .trace import Trace
+from .tracing import Trace
 
 
 @dataclass

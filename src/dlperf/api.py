@@ -12,7 +12,7 @@ from .hardware import HardwareSpec
 from .hardware import gpu as get_gpu
 from .models import load_model
 from .precision import precision as get_precision
-from .trace import trace
+from .tracing import trace
 
 
 def analyze(
@@ -316,3 +316,10 @@ class PlanReport:
         out = {k: v for k, v in self.__dict__.items() if k != "plans"}
         out["plans"] = [p.to_dict() for p in self.plans]
         return out
+
+
+def profile_trace(path, gpu: str | HardwareSpec | None = None):
+    """Read a PyTorch profiler trace of a real GPU run (`dlperf trace`)."""
+    from .measure.trace_report import analyze_profile
+
+    return analyze_profile(path, gpu)

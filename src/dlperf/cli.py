@@ -264,6 +264,18 @@ def cmd_advise(args) -> int:
     return _emit(args, result, advice_report)
 
 
+def cmd_trace(args) -> int:
+    from .measure.trace_report import analyze_profile
+    from .report.terminal import trace_report
+
+    report = analyze_profile(args.path, gpu=args.gpu)
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        trace_report(report, top=args.top)
+    return 0
+
+
 class _progress:
     """A spinner with an op count on stderr while tracing (silent with --json or no tty)."""
 
@@ -403,6 +415,13 @@ def build_parser() -> argparse.ArgumentParser:
     for action in p._actions:  # MODEL is optional with --list-rules
         if action.dest == "model":
             action.nargs = "?"
+
+    p = sub.add_parser("trace", help="read a PyTorch profiler trace of a GPU run")
+    p.add_argument("path", help="Chrome trace JSON written by torch.profiler (.json or .json.gz)")
+    p.add_argument("--gpu", help="the GPU it ran on (default: read from the trace)")
+    p.add_argument("--top", type=_positive_int, default=15, help="rows to list")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(func=cmd_trace)
 
     p = sub.add_parser("measure-comm", help="time real collectives with torch.distributed")
     p.add_argument("--nproc", type=_positive_int, default=2, help="worker processes")

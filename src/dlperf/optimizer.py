@@ -13,7 +13,7 @@ import torch
 
 from .errors import DlperfError
 from .ops import Cost
-from .trace import OpEvent, Trace
+from .tracing import OpEvent, Trace
 
 # (states per parameter, FLOPs per parameter)
 OPTIMIZERS = {

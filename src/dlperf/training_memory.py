@@ -27,7 +27,7 @@ import torch
 
 from .errors import DlperfError
 from .hardware import HardwareSpec
-from .trace import Trace
+from .tracing import Trace
 
 # Framework overhead, stated constants (not measured here): the CUDA context
 # with PyTorch's kernels loaded; cuBLAS workspaces (larger on Hopper and later);

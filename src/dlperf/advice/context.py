@@ -10,7 +10,7 @@ from ..analysis import Analysis, analyze_trace
 from ..hardware import HardwareSpec
 from ..precision import Precision
 from ..precision import precision as get_precision
-from ..trace import trace
+from ..tracing import trace
 
 
 @dataclass

@@ -8,7 +8,7 @@ from torch import nn
 
 from ..gemm import gemm
 from ..ops import CostContext, cost_of
-from ..trace import OpEvent, TensorMeta
+from ..tracing import OpEvent, TensorMeta
 from . import Finding, fixes, rule
 
 # A layer whose ops take less than this share of the step is not worth a finding.

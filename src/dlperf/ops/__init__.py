@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..hardware import HardwareSpec
 from ..precision import Precision
-from ..trace import OpEvent, TensorMeta
+from ..tracing import OpEvent, TensorMeta
 
 CATEGORIES = ("contraction", "normalization", "elementwise", "other")
 

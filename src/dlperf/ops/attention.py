@@ -13,7 +13,7 @@ softmax and elementwise ops, whose score matrices do go through memory.
 from __future__ import annotations
 
 from ..precision import DTYPE_NAMES
-from ..trace import OpEvent, TensorMeta
+from ..tracing import OpEvent, TensorMeta
 from . import Cost, CostContext, Gemm, in_bytes, out_bytes, register
 
 # Softmax arithmetic per score element (max, subtract, exp, sum, scale).

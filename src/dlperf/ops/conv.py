@@ -17,7 +17,7 @@ from __future__ import annotations
 from math import prod
 
 from ..precision import DTYPE_NAMES
-from ..trace import OpEvent, TensorMeta
+from ..tracing import OpEvent, TensorMeta
 from . import Cost, CostContext, Gemm, register
 
 

@@ -7,7 +7,7 @@ once: the cache serves their reuse. Dropout writes its mask too.
 
 from __future__ import annotations
 
-from ..trace import OpEvent
+from ..tracing import OpEvent
 from . import Cost, CostContext, register, tensor_args
 
 # FLOPs per output element, by op (1 where not listed).

@@ -7,7 +7,7 @@ these (plus views), so they need no handler of their own.
 from __future__ import annotations
 
 from ..precision import DTYPE_NAMES
-from ..trace import OpEvent, TensorMeta
+from ..tracing import OpEvent, TensorMeta
 from . import Cost, CostContext, Gemm, out_bytes, register
 
 

@@ -7,7 +7,7 @@ output. Reductions read their input once.
 
 from __future__ import annotations
 
-from ..trace import OpEvent
+from ..tracing import OpEvent
 from . import Cost, CostContext, in_bytes, out_bytes, register, tensor_args
 
 VIEWS = (

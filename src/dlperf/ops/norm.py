@@ -19,7 +19,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from ..trace import OpEvent
+from ..tracing import OpEvent
 from . import Cost, CostContext, in_bytes, out_bytes, register, tensor_args
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.toml")

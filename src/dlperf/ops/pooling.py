@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from math import prod
 
-from ..trace import OpEvent
+from ..tracing import OpEvent
 from . import Cost, CostContext, in_bytes, out_bytes, register, tensor_args
 
 

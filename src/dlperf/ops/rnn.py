@@ -22,7 +22,7 @@ The row also says whether cuDNN's persistent kernel could run the layer
 from __future__ import annotations
 
 from ..precision import DTYPE_NAMES
-from ..trace import OpEvent
+from ..tracing import OpEvent
 from . import Cost, CostContext, Gemm, register
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}

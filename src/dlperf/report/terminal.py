@@ -362,3 +362,43 @@ def advice_report(a, console: Console | None = None) -> None:
             gain += f" {gib(f.gain_memory_bytes)}"
         table.add_row(f.rule, f.severity, modules, f.fix, gain, f.how)
     console.print(table)
+
+
+def trace_report(r, top: int = 15, console: Console | None = None) -> None:
+    console = console or _wide_console()
+    console.print(
+        f"[bold]{r.path}[/] on [bold]{r.gpu}[/]: {r.kernels:,} kernels in {r.steps} "
+        f"step(s); GPU busy {seconds(r.gpu_busy_s)}, idle {seconds(r.gpu_idle_s)} "
+        f"({r.gpu_idle_s / max(r.gpu_busy_s + r.gpu_idle_s, 1e-30):.0%})"
+    )
+    console.print(
+        f"Tensor Core kernels: {r.tensor_core_kernels:,}; contraction kernels that "
+        f"could use Tensor Cores but do not: {r.eligible_not_tensor_core_kernels:,}"
+    )
+    table = Table(title="top offenders (time x distance from the roofline)")
+    for col in (
+        "op",
+        "shapes",
+        "dtype",
+        "kernels",
+        "time",
+        "achieved",
+        "of roofline",
+        "predicted",
+        "TC",
+    ):
+        table.add_column(col, overflow="fold")
+    for row in r.rows[:top]:
+        achieved = _si(row.achieved_flops_per_s, "FLOP/s") if row.achieved_flops_per_s else ""
+        table.add_row(
+            row.op,
+            _shapes_text(row.shapes, 2),
+            row.dtype,
+            str(row.kernels),
+            seconds(row.time_s),
+            achieved,
+            f"{row.fraction_of_roofline:.0%}" if row.fraction_of_roofline else "",
+            seconds(row.predicted_time_s) if row.predicted_time_s else "",
+            "yes" if row.tensor_cores else "",
+        )
+    console.print(table)
