@@ -7,7 +7,7 @@ import pytest
 import dlperf
 from dlperf.errors import DlperfError
 from dlperf.hardware import cpu
-from dlperf.measure.timing import time_callable
+from dlperf.measurement.timing import time_callable
 
 
 def test_timing_harness_reports_median_and_spread():

@@ -9,7 +9,7 @@ import torch
 import dlperf
 from dlperf.cli import main
 from dlperf.errors import DlperfError
-from dlperf.measure.kineto import busy_time_us, read_trace
+from dlperf.measurement.kineto import busy_time_us, read_trace
 
 from .conftest import SHARED_DATA
 

@@ -13,13 +13,15 @@ The public API (names are a contract, see docs/design.md):
 - `advise(model, inputs, gpu=..., precision=...)`: the guides' rules with
   predicted gains; `fix(model, inputs, rules=None, ...)` applies the
   mechanical ones and returns a new model with the same outputs.
+- `measure(model, inputs, device="cpu", ...)`: the model run for real here,
+  each op measured beside its prediction.
 - `trace(path, gpu=None)`: a PyTorch profiler trace of a real GPU run, kernel
   by kernel against the roofline.
 """
 
 from .advice.engine import advise, fix
 from .analysis import Analysis
-from .api import analyze, memory, plan
+from .api import analyze, measure, memory, plan
 from .api import profile_trace as trace
 from .errors import DlperfError
 from .gemm import GemmResult, gemm
@@ -36,6 +38,7 @@ __all__ = [
     "gemm",
     "gpu",
     "gpus",
+    "measure",
     "memory",
     "plan",
     "trace",

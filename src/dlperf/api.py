@@ -320,6 +320,43 @@ class PlanReport:
 
 def profile_trace(path, gpu: str | HardwareSpec | None = None):
     """Read a PyTorch profiler trace of a real GPU run (`dlperf trace`)."""
-    from .measure.trace_report import analyze_profile
+    from .measurement.trace_report import analyze_profile
 
     return analyze_profile(path, gpu)
+
+
+def measure(
+    model,
+    inputs=None,
+    device: str = "cpu",
+    precision: str = "fp32",
+    training: bool = True,
+    batch: int | None = None,
+    seq_len: int | None = None,
+    steps: int = 3,
+):
+    """Run the model for real on `device` and compare each op with its prediction.
+
+    The prediction uses the device's own spec (`--gpu cpu` probes this machine).
+    """
+    from .measurement.run import measure_model
+
+    policy = get_precision(precision)
+    name, module, inputs = _resolve(model, inputs, batch, seq_len)
+    if device == "cpu":
+        spec = get_gpu("cpu")
+    else:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise DlperfError("no CUDA device here; use --device cpu")
+        from .hardware import resolve_id
+
+        found = resolve_id(torch.cuda.get_device_name())
+        if not found:
+            raise DlperfError("this GPU is not in the catalogue; run `dlperf calibrate` first")
+        spec = get_gpu(found)
+    predicted = analyze(
+        module, inputs, gpu=spec, precision=policy, training=training, optimizer="adamw"
+    )
+    return measure_model(name, module, inputs, predicted, device, policy, training, steps)

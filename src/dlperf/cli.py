@@ -167,7 +167,7 @@ def cmd_plan(args) -> int:
 
 
 def cmd_measure_comm(args) -> int:
-    from .measure.comm import DEFAULT_SIZES, measure_comm
+    from .measurement.comm import DEFAULT_SIZES, measure_comm
     from .report.terminal import comm_report
 
     sizes = DEFAULT_SIZES
@@ -265,7 +265,7 @@ def cmd_advise(args) -> int:
 
 
 def cmd_trace(args) -> int:
-    from .measure.trace_report import analyze_profile
+    from .measurement.trace_report import analyze_profile
     from .report.terminal import trace_report
 
     report = analyze_profile(args.path, gpu=args.gpu)
@@ -273,6 +273,44 @@ def cmd_trace(args) -> int:
         _print_json(report.to_dict())
     else:
         trace_report(report, top=args.top)
+    return 0
+
+
+def cmd_measure(args) -> int:
+    from .api import measure
+    from .report.terminal import measure_report
+
+    inputs = _model_inputs(args)
+    with _progress(args, f"measuring {args.model}"):
+        report = measure(
+            args.model,
+            inputs,
+            device=args.device,
+            precision=args.precision,
+            training=args.train,
+            batch=args.batch,
+            seq_len=args.seq_len,
+            steps=args.steps,
+        )
+    return _emit(args, report, measure_report)
+
+
+def cmd_calibrate(args) -> int:
+    from .measurement.calibrate import calibrate_device, write_spec
+
+    with _progress(args, f"calibrating the {args.device}"):
+        spec = write_spec(calibrate_device(args.device), args.out)
+    doc = {
+        "out": args.out,
+        "spec": spec.summary(),
+        "efficiency": {
+            k: getattr(spec.efficiency, k) for k in ("kernel_latency_s", "saturation_bytes_per_sm")
+        },
+    }
+    if args.json:
+        _print_json(doc)
+    else:
+        sys.stdout.write(f"wrote {args.out}: {spec.name}; use it as --gpu {args.out}\n")
     return 0
 
 
@@ -415,6 +453,18 @@ def build_parser() -> argparse.ArgumentParser:
     for action in p._actions:  # MODEL is optional with --list-rules
         if action.dest == "model":
             action.nargs = "?"
+
+    p = sub.add_parser("measure", help="run the model here and compare with the prediction")
+    _add_model_options(p)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--steps", type=_positive_int, default=3, help="profiled steps")
+    p.set_defaults(func=cmd_measure, precision="fp32")
+
+    p = sub.add_parser("calibrate", help="measure this device and write a spec file")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--out", required=True, help="spec file to write (TOML)")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("trace", help="read a PyTorch profiler trace of a GPU run")
     p.add_argument("path", help="Chrome trace JSON written by torch.profiler (.json or .json.gz)")

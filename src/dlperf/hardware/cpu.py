@@ -59,7 +59,7 @@ def probe_cpu() -> dict:
     """Measure this machine and return a spec document (plain data)."""
     import torch
 
-    from ..measure import probe
+    from ..measurement import probe
 
     threads = torch.get_num_threads()
     clock_mhz = 1000.0  # nominal: only the product SMs x clock x MACs matters here

@@ -402,3 +402,45 @@ def trace_report(r, top: int = 15, console: Console | None = None) -> None:
             "yes" if row.tensor_cores else "",
         )
     console.print(table)
+
+
+def measure_report(r, console: Console | None = None) -> None:
+    console = console or _wide_console()
+    console.print(
+        f"[bold]{r.model}[/] on {r.device} ({r.precision}, "
+        f"{'training' if r.training else 'inference'}): predicted "
+        f"{seconds(r.predicted_time_s)}, measured {seconds(r.measured_time_s)} "
+        f"(spread {seconds(r.measured_spread_s)}), error {r.error:+.0%}"
+    )
+    cats = Table(title="by category (matched ops)")
+    for col in ("category", "predicted", "measured", "error"):
+        cats.add_column(col, justify="left" if col == "category" else "right")
+    for name, c in r.categories.items():
+        err = (
+            (c["predicted_time_s"] - c["measured_time_s"]) / c["measured_time_s"]
+            if c["measured_time_s"]
+            else 0.0
+        )
+        cats.add_row(
+            name, seconds(c["predicted_time_s"]), seconds(c["measured_time_s"]), f"{err:+.0%}"
+        )
+    console.print(cats)
+    matched = [o for o in r.ops if o["measured_time_s"]]
+    table = Table(title=f"slowest measured ops ({len(matched)} of {len(r.ops)} matched)")
+    for col in ("module", "op", "phase", "predicted", "measured"):
+        table.add_column(col)
+    for o in sorted(matched, key=lambda o: o["measured_time_s"], reverse=True)[:12]:
+        table.add_row(
+            o["module"],
+            _short_op(o["op"]),
+            _PHASE.get(o["phase"], o["phase"]),
+            seconds(o["predicted_time_s"]),
+            seconds(o["measured_time_s"]),
+        )
+    console.print(table)
+    if r.tensor_core_kernels:
+        tc = r.tensor_core_kernels
+        console.print(
+            f"Tensor Cores: {tc['tensor_core_kernels']} of {tc['gemm_kernels']} "
+            "GEMM/convolution kernels"
+        )

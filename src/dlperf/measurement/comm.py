@@ -74,7 +74,7 @@ def measure_comm(
             "--master-addr=127.0.0.1",
             f"--master-port={_free_port()}",
             "-m",
-            "dlperf.measure.comm_worker",
+            "dlperf.measurement.comm_worker",
             "--backend",
             backend,
             "--sizes",

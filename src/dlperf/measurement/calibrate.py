@@ -1,0 +1,136 @@
+"""`dlperf calibrate`: measure the device at hand and write a spec file.
+
+A fixed micro-benchmark suite: square matmuls per dtype (peak math rate), a
+streaming copy (bandwidth), element-wise adds over sizes (the small-tensor
+plateau), and an almost empty call (launch latency). The spec it writes loads
+with `--gpu my-device.toml` like any other. The CPU probe behind `--gpu cpu`
+runs the same probes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from ..errors import DlperfError
+from ..hardware.spec import load_spec_file
+from . import probe
+from .timing import time_callable
+
+PLATEAU_SIZES = (2**10, 2**12, 2**14, 2**16, 2**18, 2**20, 2**22)
+
+
+def elementwise_sweep(device: str = "cpu") -> list[tuple[float, float]]:
+    """(bytes moved, seconds) of x + y over sizes: 3 tensors of 4-byte elements."""
+    points = []
+    for n in PLATEAU_SIZES:
+        x = torch.ones(n, device=device)
+        out = torch.empty_like(x)
+        m = time_callable(
+            lambda x=x, out=out: torch.add(x, x, out=out), warmup=3, repeats=7, min_sample_s=0.01
+        )
+        points.append((3.0 * 4 * n, m.median_s))
+    return points
+
+
+def fit_saturation(
+    points, latency: float, bandwidth: float, units: int, share: float = 3.0
+) -> float:
+    """Bytes in flight per unit that best explain the sweep (least squares in log time)."""
+    best, best_err = 65536.0, float("inf")
+    for exponent in range(8, 26):
+        sat = 2.0**exponent
+        err = 0.0
+        for moved, seconds in points:
+            fill = min(1.0, moved / (units * sat) * share)
+            predicted = latency + moved / (bandwidth * fill)
+            err += math.log(predicted / seconds) ** 2
+        if err < best_err:
+            best, best_err = sat, err
+    return best
+
+
+def calibrate_device(device: str = "cpu") -> dict:
+    if device == "cuda" and not torch.cuda.is_available():
+        raise DlperfError("no CUDA device here; use --device cpu")
+    if device not in ("cpu", "cuda"):
+        raise DlperfError(f"unknown device {device!r}; use cpu or cuda")
+    from ..hardware.cpu import probe_cpu
+
+    doc = probe_cpu() if device == "cpu" else _probe_cuda()
+    eff = doc.setdefault("efficiency", {})
+    points = elementwise_sweep(device)
+    eff["saturation_bytes_per_sm"] = fit_saturation(
+        points, eff["kernel_latency_s"], doc["memory_bandwidth_bytes_per_s"], doc["sm_count"]
+    )
+    doc["sources"] = doc.get("sources", []) + [
+        "dlperf calibrate: matmul, copy, element-wise sweep and call-latency probes"
+    ]
+    return doc
+
+
+def _probe_cuda() -> dict:  # pragma: no cover - needs a GPU
+    props = torch.cuda.get_device_properties(0)
+    math_units = {}
+    for dtype in ("fp32", "fp16", "bf16"):
+        rate = probe.matmul_flops_per_s(dtype, 4096, "cuda")
+        math_units[dtype] = {
+            "peak_flops_per_s": rate,
+            "tensor_cores": dtype != "fp32",
+            "macs_per_clock_per_sm": rate / (2 * props.multi_processor_count * 1.0e9),
+        }
+    return {
+        "id": "cuda-calibrated",
+        "name": f"{props.name} (calibrated)",
+        "kind": "gpu",
+        "architecture": "ampere",
+        "sm_count": props.multi_processor_count,
+        "boost_clock_mhz": 1000.0,
+        "memory_bytes": props.total_memory,
+        "memory_bandwidth_bytes_per_s": probe.copy_bandwidth_bytes_per_s(1024, "cuda"),
+        "l2_cache_bytes": getattr(props, "L2_cache_size", 40 * 2**20),
+        "math": math_units,
+        "efficiency": {
+            "kernel_latency_s": probe.call_latency_s("cuda"),
+            "tensor_math_efficiency": 1.0,
+            "simt_math_efficiency": 1.0,
+            "dram_efficiency": 1.0,
+            "streaming_dram_efficiency": 1.0,
+        },
+    }
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string is a JSON string
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(value)
+
+
+def to_toml(doc: dict) -> str:
+    """A spec document as TOML (scalars first, then [math.*] and [efficiency])."""
+    lines = ["# Written by `dlperf calibrate`: measured on this machine."]
+    for key, value in doc.items():
+        if not isinstance(value, dict):
+            lines.append(f"{key} = {_toml_value(value)}")
+    for dtype, unit in doc.get("math", {}).items():
+        lines.append(f"\n[math.{dtype}]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in unit.items()]
+    if doc.get("efficiency"):
+        lines.append("\n[efficiency]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in doc["efficiency"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_spec(doc: dict, out: str | Path):
+    out = Path(out)
+    out.write_text(to_toml(doc))
+    return load_spec_file(out)  # proves the file loads

@@ -1,0 +1,206 @@
+"""`dlperf measure`: run the model for real on the device at hand and put the
+measured time of each op beside its prediction.
+
+The model runs with real (randomly initialised) weights and random inputs of
+the given shapes: warm-up steps first, then profiled steps (torch.profiler,
+shapes recorded) for the per-op times, then unprofiled steps for the step
+time (median and spread). Measured ops are matched to predicted rows by op
+name and input shapes, in order.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..errors import DlperfError
+from .timing import time_callable
+
+
+@dataclass
+class MeasureReport:
+    model: str
+    device: str
+    precision: str
+    training: bool
+    predicted_time_s: float
+    measured_time_s: float
+    measured_spread_s: float
+    ops: list[dict] = field(default_factory=list)
+    categories: dict = field(default_factory=dict)
+    tensor_core_kernels: dict | None = None
+
+    @property
+    def error(self) -> float:
+        return (self.predicted_time_s - self.measured_time_s) / self.measured_time_s
+
+    def to_dict(self) -> dict:
+        out = dict(self.__dict__)
+        out["error"] = self.error
+        return out
+
+
+def materialize(model: nn.Module, device: str) -> nn.Module:
+    """Real weights for a model built on the meta device (random, as at init)."""
+    if any(p.is_meta for p in model.parameters()) or any(b.is_meta for b in model.buffers()):
+        model = model.to_empty(device=device)
+        for module in model.modules():
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+            for name, buf in module.named_buffers(recurse=False):
+                if buf is not None and buf.is_floating_point():
+                    buf.fill_(1.0 if "var" in name else 0.0)
+    return model.to(device)
+
+
+def real_inputs(inputs, device: str):
+    def make(x):
+        if isinstance(x, torch.Tensor):
+            if x.is_floating_point():
+                out = torch.randn(x.shape, dtype=x.dtype, device=device)
+                if x.dim() == 4 and x.stride()[1] == 1 and x.shape[1] > 1:
+                    out = out.contiguous(memory_format=torch.channels_last)
+                return out
+            return torch.zeros(x.shape, dtype=x.dtype, device=device)
+        if isinstance(x, (list, tuple)):
+            return type(x)(make(v) for v in x)
+        if isinstance(x, dict):
+            return {k: make(v) for k, v in x.items()}
+        return x
+
+    return make(inputs)
+
+
+def _step_fn(model, inputs, training: bool, autocast_dtype, device: str):
+    from ..tracing import _loss_of
+
+    optimizer = torch.optim.AdamW(model.parameters()) if training else None
+    args, kwargs = (
+        ((), inputs)
+        if isinstance(inputs, dict)
+        else ((inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs), {})
+    )
+
+    def step():
+        ctx = torch.autocast(device, dtype=autocast_dtype) if autocast_dtype else _null()
+        if not training:
+            with torch.no_grad(), ctx:
+                return model(*args, **kwargs)
+        optimizer.zero_grad(set_to_none=True)
+        with ctx:
+            loss = _loss_of(model(*args, **kwargs))
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return step
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _key(name: str, shapes) -> tuple:
+    return name, tuple(tuple(s) for s in shapes if s)
+
+
+def measure_model(
+    name,
+    model,
+    inputs,
+    analysis,
+    device="cpu",
+    precision_policy=None,
+    training=True,
+    steps=3,
+    warmup=2,
+) -> MeasureReport:
+    if device == "cuda" and not torch.cuda.is_available():
+        raise DlperfError("no CUDA device here; use --device cpu")
+    model = materialize(model, device)
+    model.train(training)
+    data = real_inputs(inputs, device)
+    autocast = precision_policy.autocast_dtype if precision_policy else None
+    if precision_policy and precision_policy.param_dtype != torch.float32:
+        model = model.to(precision_policy.param_dtype)
+    step = _step_fn(model, data, training, autocast, device)
+    sync = torch.cuda.synchronize if device == "cuda" else None
+    for _ in range(warmup):
+        step()
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
+        for _ in range(steps):
+            step()
+            if sync:
+                sync()
+    measured = defaultdict(list)
+    for event in prof.events():
+        if event.name.startswith("aten::"):
+            device_us = getattr(event, "device_time_total", 0) if device == "cuda" else 0
+            us = device_us or event.cpu_time_total
+            measured[_key(event.name, event.input_shapes)].append(us * 1e-6)
+    timing = time_callable(step, warmup=1, repeats=max(3, steps), synchronize=sync)
+
+    ops, categories = [], defaultdict(lambda: {"predicted_time_s": 0.0, "measured_time_s": 0.0})
+    used = defaultdict(int)
+    for row in analysis.rows:
+        if row.phase == "optimizer":
+            continue
+        aten = "aten::" + row.op.split(".")[1] if row.op.startswith("aten.") else row.op
+        key = _key(aten, row.shapes)
+        samples = measured.get(key, [])
+        per_step = len(samples) // steps if samples else 0
+        measured_s = None
+        if per_step and used[key] < per_step:
+            # the i-th call of this op and shape in each profiled step
+            i = used[key]
+            measured_s = statistics.median(samples[i::per_step])
+            used[key] += 1
+        ops.append(
+            {
+                "module": row.module,
+                "op": row.op,
+                "phase": row.phase,
+                "category": row.category,
+                "predicted_time_s": row.time_s,
+                "measured_time_s": measured_s,
+            }
+        )
+        if measured_s is not None:
+            categories[row.category]["predicted_time_s"] += row.time_s
+            categories[row.category]["measured_time_s"] += measured_s
+    tc = _tensor_core_usage(prof) if device == "cuda" else None
+    return MeasureReport(
+        name,
+        device,
+        analysis.precision,
+        training,
+        analysis.time_s,
+        timing.median_s,
+        timing.spread_s,
+        ops,
+        dict(categories),
+        tc,
+    )
+
+
+def _tensor_core_usage(prof) -> dict:  # pragma: no cover - needs a GPU
+    """'Am I using Tensor Cores?': GEMM and convolution kernels by name."""
+    from .kineto import TENSOR_CORE_NAMES
+
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    gemm = [e for e in kernels if any(s in e.name.lower() for s in ("gemm", "conv", "cutlass"))]
+    return {
+        "gemm_kernels": len(gemm),
+        "tensor_core_kernels": sum(bool(TENSOR_CORE_NAMES.search(e.name)) for e in gemm),
+    }
