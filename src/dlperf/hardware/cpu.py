@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import DlperfError
 from .spec import HardwareSpec, spec_from_dict
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2
 
 
 def cache_dir() -> Path:

@@ -9,11 +9,13 @@ from .timing import time_callable
 _TORCH_DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def matmul_flops_per_s(dtype: str = "fp32", size: int = 1024, device: str = "cpu") -> float:
-    """Best achieved FLOP/s of a square matmul (2 size^3 FLOPs per call)."""
+def matmul_flops_per_s(dtype: str = "fp32", size: int | None = None, device: str = "cpu") -> float:
+    """Best achieved FLOP/s of square matmuls (2 n^3 FLOPs per call), over sizes."""
+    if size is None:
+        return max(matmul_flops_per_s(dtype, n, device) for n in (512, 1024, 2048))
     a = torch.randn(size, size, device=device).to(_TORCH_DTYPES[dtype])
     b = torch.randn(size, size, device=device).to(_TORCH_DTYPES[dtype])
-    m = time_callable(lambda: torch.mm(a, b), warmup=2, repeats=5, min_sample_s=0.05)
+    m = time_callable(lambda: torch.mm(a, b), warmup=2, repeats=5, min_sample_s=0.1)
     return 2.0 * size**3 / m.min_s
 
 

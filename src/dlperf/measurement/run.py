@@ -149,7 +149,7 @@ def measure_model(
             device_us = getattr(event, "device_time_total", 0) if device == "cuda" else 0
             us = device_us or event.cpu_time_total
             measured[_key(event.name, event.input_shapes)].append(us * 1e-6)
-    timing = time_callable(step, warmup=1, repeats=max(3, steps), synchronize=sync)
+    timing = time_callable(step, warmup=1, repeats=max(5, steps), synchronize=sync)
 
     ops, categories = [], defaultdict(lambda: {"predicted_time_s": 0.0, "measured_time_s": 0.0})
     used = defaultdict(int)
