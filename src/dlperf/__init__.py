@@ -21,7 +21,7 @@ The public API (names are a contract, see docs/design.md):
 
 from .advice.engine import advise, fix
 from .analysis import Analysis
-from .api import analyze, measure, memory, plan
+from .api import analyze, measure, memory, plan, report
 from .api import profile_trace as trace
 from .errors import DlperfError
 from .gemm import GemmResult, gemm
@@ -41,6 +41,7 @@ __all__ = [
     "measure",
     "memory",
     "plan",
+    "report",
     "trace",
 ]
 __version__ = "0.1.0"

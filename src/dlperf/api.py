@@ -360,3 +360,14 @@ def measure(
         module, inputs, gpu=spec, precision=policy, training=training, optimizer="adamw"
     )
     return measure_model(name, module, inputs, predicted, device, policy, training, steps)
+
+
+def report(analysis, path, memory=None, advice=None, measurement=None) -> str:
+    """Write the HTML report of an analysis (and optional memory, advice and
+    measurement) to `path`; returns the path."""
+    from pathlib import Path
+
+    from .rendering.html import render
+
+    Path(path).write_text(render(analysis, memory, advice, measurement))
+    return str(path)

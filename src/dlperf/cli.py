@@ -43,7 +43,7 @@ def _emit(args, result, render) -> int:
 
 def cmd_gpus(args) -> int:
     from .hardware import gpus
-    from .report.terminal import gpus_table
+    from .rendering.terminal import gpus_table
 
     specs = gpus()
     if args.json:
@@ -55,7 +55,7 @@ def cmd_gpus(args) -> int:
 
 def cmd_gemm(args) -> int:
     from .gemm import gemm
-    from .report.terminal import gemm_report
+    from .rendering.terminal import gemm_report
 
     result = gemm(args.m, args.n, args.k, dtype=args.dtype, gpu=args.gpu, batch=args.batch)
     return _emit(args, result, gemm_report)
@@ -74,7 +74,7 @@ def _model_inputs(args):
 def cmd_analyze(args) -> int:
     from .api import analyze
     from .models import load_model
-    from .report.terminal import analysis_report
+    from .rendering.terminal import analysis_report
 
     loaded = load_model(args.model, batch=args.batch, seq_len=args.seq_len)
     inputs = _model_inputs(args)
@@ -103,7 +103,7 @@ def cmd_analyze(args) -> int:
 
 def cmd_memory(args) -> int:
     from .api import memory
-    from .report.terminal import memory_report
+    from .rendering.terminal import memory_report
 
     inputs = _model_inputs(args)
     with _progress(args, f"tracing {args.model}"):
@@ -139,7 +139,7 @@ def _read_interconnect(path: str) -> dict:
 
 def cmd_plan(args) -> int:
     from .api import plan
-    from .report.terminal import plan_report
+    from .rendering.terminal import plan_report
 
     inputs = _model_inputs(args)
     network = args.node_network_gbps * 1e9 / 8 if args.node_network_gbps else None
@@ -168,7 +168,7 @@ def cmd_plan(args) -> int:
 
 def cmd_measure_comm(args) -> int:
     from .measurement.comm import DEFAULT_SIZES, measure_comm
-    from .report.terminal import comm_report
+    from .rendering.terminal import comm_report
 
     sizes = DEFAULT_SIZES
     if args.sizes:
@@ -193,7 +193,7 @@ def cmd_measure_comm(args) -> int:
 
 def cmd_advise(args) -> int:
     from .advice import load_rules
-    from .report.terminal import advice_report, rules_table
+    from .rendering.terminal import advice_report, rules_table
 
     if args.list_rules:
         rules = load_rules()
@@ -266,7 +266,7 @@ def cmd_advise(args) -> int:
 
 def cmd_trace(args) -> int:
     from .measurement.trace_report import analyze_profile
-    from .report.terminal import trace_report
+    from .rendering.terminal import trace_report
 
     report = analyze_profile(args.path, gpu=args.gpu)
     if args.json:
@@ -278,7 +278,7 @@ def cmd_trace(args) -> int:
 
 def cmd_measure(args) -> int:
     from .api import measure
-    from .report.terminal import measure_report
+    from .rendering.terminal import measure_report
 
     inputs = _model_inputs(args)
     with _progress(args, f"measuring {args.model}"):
@@ -311,6 +311,78 @@ def cmd_calibrate(args) -> int:
         _print_json(doc)
     else:
         sys.stdout.write(f"wrote {args.out}: {spec.name}; use it as --gpu {args.out}\n")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .advice.engine import advise
+    from .api import analyze, memory, report
+    from .models import load_model
+
+    loaded = load_model(args.model, batch=args.batch, seq_len=args.seq_len)
+    inputs = _model_inputs(args) or loaded.inputs
+    with _progress(args, f"analysing {loaded.name}"):
+        result = analyze(
+            loaded.module,
+            inputs,
+            gpu=args.gpu,
+            precision=args.precision,
+            training=args.train,
+            optimizer=args.optimizer,
+        )
+        result.model = loaded.name
+        mem = (
+            memory(
+                loaded.module,
+                inputs,
+                gpu=args.gpu,
+                precision=args.precision,
+                optimizer=args.optimizer,
+            )
+            if args.train
+            else None
+        )
+        findings = (
+            None
+            if args.no_advice
+            else advise(
+                loaded.module,
+                inputs,
+                gpu=args.gpu,
+                precision=args.precision,
+                training=args.train,
+                optimizer=args.optimizer,
+            )
+        )
+    report(result, args.out, memory=mem, advice=findings)
+    if args.json:
+        _print_json({"out": args.out})
+    else:
+        sys.stdout.write(f"wrote {args.out}\n")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from .rendering.sweeps import SWEEPS, run_sweep
+
+    if args.list or not args.name:
+        doc = {
+            "sweeps": [{"name": n, "title": t, "default_gpu": g} for n, (_, t, g) in SWEEPS.items()]
+        }
+        if args.json:
+            _print_json(doc)
+        else:
+            for s in doc["sweeps"]:
+                sys.stdout.write(
+                    f"{s['name']:18s} {s['title']} (default --gpu {s['default_gpu']})\n"
+                )
+        return 0
+    names = list(SWEEPS) if args.name == "all" else [args.name]
+    written = [path for name in names for path in run_sweep(name, args.gpu, args.out)]
+    if args.json:
+        _print_json({"written": written})
+    else:
+        sys.stdout.write("wrote " + ", ".join(written) + "\n")
     return 0
 
 
@@ -453,6 +525,20 @@ def build_parser() -> argparse.ArgumentParser:
     for action in p._actions:  # MODEL is optional with --list-rules
         if action.dest == "model":
             action.nargs = "?"
+
+    p = sub.add_parser("report", help="write a self-contained HTML report")
+    _add_model_options(p)
+    p.add_argument("--out", required=True, help="HTML file to write")
+    p.add_argument("--no-advice", action="store_true", help="leave out the findings")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("sweep", help="predicted curves that redraw the guides' figures")
+    p.add_argument("name", nargs="?", help="a sweep name, or 'all' (see --list)")
+    p.add_argument("--list", action="store_true", help="list the sweeps")
+    p.add_argument("--gpu", help="catalogue id (default: the GPU of the guide's figure)")
+    p.add_argument("--out", default="sweeps", help="folder for NAME.csv and NAME.svg")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("measure", help="run the model here and compare with the prediction")
     _add_model_options(p)

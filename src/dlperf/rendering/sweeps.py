@@ -1,0 +1,200 @@
+"""`dlperf sweep`: predicted curves that redraw the guides' figures.
+
+Each sweep writes NAME.csv (the numbers) and NAME.svg (the chart) into the
+output folder, for any GPU of the catalogue.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DlperfError
+from ..gemm import TILES, gemm, predict_many
+from ..hardware import gpu as get_gpu
+from ..roofline import streaming_time_s
+
+SWEEPS = {}
+
+
+def sweep(name: str, title: str, default_gpu: str):
+    def decorate(fn):
+        SWEEPS[name] = (fn, title, default_gpu)
+        return fn
+
+    return decorate
+
+
+@sweep("gemm-k-alignment", "GEMM time for K = 1008..1024 (fp16, M = N = 1024)", "v100")
+def k_alignment(spec):
+    ks = list(range(1008, 1025))
+    times = [gemm(1024, 1024, k, "fp16", spec).time_s * 1e3 for k in ks]
+    return {"K": ks, "time_ms": times}, ("K", ["time_ms"], "duration (ms)", False)
+
+
+@sweep("gemm-tiles", "GEMM throughput vs size for each thread-block tile (fp16)", "a100")
+def tiles(spec):
+    sizes = np.arange(256, 8192 + 1, 128)
+    out = {"size": sizes.tolist()}
+    for tile in TILES[:8]:
+        r = predict_many(
+            sizes,
+            sizes,
+            np.full_like(sizes, 4096),
+            np.ones_like(sizes),
+            spec,
+            "fp16",
+            tile_shapes=(tile,),
+            split_factors=(1,),
+        )
+        out[f"{tile[0]}x{tile[1]}"] = (2.0 * sizes * sizes * 4096 / r["time_s"] / 1e12).tolist()
+    return out, ("size", [k for k in out if k != "size"], "TFLOP/s (M = N = size, K = 4096)", False)
+
+
+@sweep("linear-batch", "linear layer 4096 x 1024 throughput vs batch size (fp16)", "v100")
+def linear_batch(spec):
+    batches = [2**i for i in range(0, 14)]
+    results = [gemm(b, 4096, 1024, "fp16", spec) for b in batches]
+    return (
+        {
+            "batch": batches,
+            "tflops": [r.achieved_flops_per_s / 1e12 for r in results],
+            "bound": [r.bound for r in results],
+        },
+        ("batch", ["tflops"], "TFLOP/s", True),
+    )
+
+
+def _norm_time(spec, elements: np.ndarray, passes: float, itemsize: int = 2):
+    return streaming_time_s(elements * itemsize * (passes + 1), spec) * 1e6
+
+
+@sweep("batchnorm", "batch norm forward duration vs input size: persistent vs multi-pass", "a100")
+def batchnorm(spec):
+    from ..ops.norm import ON_CHIP_BYTES_PER_SM
+
+    elements = np.logspace(3, 9, 40)
+    capacity = spec.sm_count * ON_CHIP_BYTES_PER_SM / 2
+    persistent = np.where(elements <= capacity, _norm_time(spec, elements, 1), np.nan)
+    return (
+        {
+            "elements": elements.tolist(),
+            "persistent_us": persistent.tolist(),
+            "multi_pass_us": _norm_time(spec, elements, 2).tolist(),
+        },
+        ("elements", ["persistent_us", "multi_pass_us"], "duration (us), fp16", True),
+    )
+
+
+@sweep("activation", "activation forward/backward duration vs N*H*W*C (fp16)", "a100")
+def activation(spec):
+    elements = np.logspace(3, 9, 40)
+    forward = streaming_time_s(elements * 2 * 2, spec) * 1e6  # read x, write y
+    backward = streaming_time_s(elements * 2 * 3, spec) * 1e6  # read dy and y, write dx
+    return (
+        {
+            "elements": elements.tolist(),
+            "forward_us": forward.tolist(),
+            "backward_us": backward.tolist(),
+        },
+        ("elements", ["forward_us", "backward_us"], "duration (us)", True),
+    )
+
+
+@sweep("pooling", "pooling duration per element vs N*H*W*C (3x3 max pool, stride 2, fp16)", "a100")
+def pooling(spec):
+    elements = np.logspace(3, 9, 40)
+    forward = streaming_time_s(elements * 2 * (1 + 0.25 + 0.25 * 4), spec)  # x, y, indices
+    backward = streaming_time_s(elements * 2 * (1 + 0.25 + 0.25 * 4), spec)
+    return (
+        {
+            "elements": elements.tolist(),
+            "forward_ns_per_element": (forward / elements * 1e9).tolist(),
+            "backward_ns_per_element": (backward / elements * 1e9).tolist(),
+        },
+        ("elements", ["forward_ns_per_element", "backward_ns_per_element"], "ns per element", True),
+    )
+
+
+def _lstm_step(spec, hidden, batch, persistent: bool) -> float:
+    """One recurrent-path forward step: the 4H x B x H GEMM, weights from DRAM
+    (standard) or kept on chip (persistent: only the activations move)."""
+    moved = (batch * hidden * 2 + 4 * hidden * batch * 2) if persistent else 0
+    r = predict_many(
+        np.array([4 * hidden]),
+        np.array([batch]),
+        np.array([hidden]),
+        np.array([1]),
+        spec,
+        "fp16",
+        tensor_bytes=np.array([moved], dtype=float),
+    )
+    return float(r["time_s"][0]) * 1e6
+
+
+@sweep(
+    "lstm", "LSTM recurrent step vs hidden size (batch 64) and vs minibatch (hidden 1024)", "a100"
+)
+def lstm(spec):
+    from ..ops.rnn import PERSISTENT_MAX_HIDDEN
+
+    hiddens = [128, 256, 512, 768, 1024, 1536, 2048, 4096]
+    out = {
+        "hidden": hiddens,
+        "standard_us": [_lstm_step(spec, h, 64, False) for h in hiddens],
+        "persistent_us": [
+            _lstm_step(spec, h, 64, True) if h <= PERSISTENT_MAX_HIDDEN["LSTM"] else float("nan")
+            for h in hiddens
+        ],
+    }
+    return out, ("hidden", ["standard_us", "persistent_us"], "duration per step (us)", True)
+
+
+@sweep(
+    "lstm-minibatch",
+    "LSTM recurrent step vs minibatch (hidden 1024), standard vs persistent",
+    "a100",
+)
+def lstm_minibatch(spec):
+    batches = [8, 16, 32, 64, 128, 256, 512]
+    return (
+        {
+            "minibatch": batches,
+            "standard_us": [_lstm_step(spec, 1024, b, False) for b in batches],
+            "persistent_us": [_lstm_step(spec, 1024, b, True) for b in batches],
+        },
+        ("minibatch", ["standard_us", "persistent_us"], "duration per step (us)", True),
+    )
+
+
+def run_sweep(name: str, gpu: str | None, out_dir: str) -> list[str]:
+    if name not in SWEEPS:
+        raise DlperfError(f"unknown sweep {name!r}; see `dlperf sweep --list`")
+    fn, title, default = SWEEPS[name]
+    spec = get_gpu(gpu or default)
+    data, (x, ys, ylabel, logx) = fn(spec)
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    csv_path = folder / f"{name}.csv"
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(list(data))
+        writer.writerows(zip(*data.values(), strict=True))
+    from .html import _figure, _svg
+
+    fig, ax = _figure(7, 4)
+    for y in ys:
+        ax.plot(data[x], data[y], marker=".", label=y)
+    if logx:
+        ax.set_xscale("log")
+    if name in ("batchnorm", "activation"):
+        ax.set_yscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{title} - {spec.id}", fontsize=9)
+    ax.legend(fontsize=7)
+    svg_path = folder / f"{name}.svg"
+    svg_path.write_text(_svg(fig))
+    return [str(csv_path), str(svg_path)]
