@@ -86,14 +86,15 @@ def test_report_renders_in_headless_chromium(tmp_path):
 @pytest.mark.parametrize("name", list(SWEEPS))
 def test_every_sweep_writes_csv_and_svg(tmp_path, name):
     csv_path, svg_path = run_sweep(name, None, tmp_path)
-    rows = list(csv.reader(open(csv_path)))
+    rows = list(csv.reader(Path(csv_path).read_text().splitlines()))
     assert len(rows) > 3
     assert Path(svg_path).read_text().startswith("<svg")
 
 
 def test_k_alignment_sweep_shows_multiples_of_8(tmp_path):
     csv_path, _ = run_sweep("gemm-k-alignment", "v100", tmp_path)
-    rows = {int(r["K"]): float(r["time_ms"]) for r in csv.DictReader(open(csv_path))}
+    lines = Path(csv_path).read_text().splitlines()
+    rows = {int(r["K"]): float(r["time_ms"]) for r in csv.DictReader(lines)}
     aligned = [t for k, t in rows.items() if k % 8 == 0]
     assert max(aligned) < min(t for k, t in rows.items() if k % 8)
 
