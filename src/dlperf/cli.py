@@ -449,7 +449,14 @@ def _add_model_options(p) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="dlperf", description=__doc__.splitlines()[0])
+    parser = _Parser(
+        prog="dlperf",
+        description="Why is my model slow on this GPU, what will it cost in memory, and what "
+        "should I change? Predictions from shapes alone: no GPU, no weights.",
+    )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"dlperf {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
 
     p = sub.add_parser("gpus", help="list the bundled GPU catalogue")
