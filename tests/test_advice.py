@@ -258,3 +258,25 @@ def test_cli_advise(capsys):
     assert "channels-last" in capsys.readouterr().out
     with pytest.raises(DlperfError, match="unknown rule"):
         dlperf.advise(nn.Linear(2, 2), meta(1, 2), rules=["nope"])
+
+
+def test_early_layers_and_relu_fusion():
+    early = nn.Sequential(
+        nn.Conv2d(64, 64, 3, padding=1, groups=64),
+        nn.BatchNorm2d(64),
+        nn.SiLU(),
+        nn.Conv2d(64, 64, 3, padding=1, groups=64),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, 1),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, 3, padding=1),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+    )
+    found = rules_fired(early, meta(32, 64, 112, 112), rules=["early-layers", "relu-fusion"])
+    assert found["early-layers"].evidence["kind"] == "depthwise convolution"
+    assert found["relu-fusion"].evidence["activations"] == ["SiLU"]
+    dense = nn.Sequential(nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU())
+    assert not rules_fired(dense, meta(32, 32, 56, 56), rules=["early-layers", "relu-fusion"])

@@ -656,3 +656,90 @@ def precision_settings(ctx):
             )
         )
     return findings
+
+
+# -- hierarchical models -------------------------------------------------------------
+
+
+def _early(ctx, fraction: float = 1 / 3) -> set[str]:
+    """Modules whose forward runs in the first third of the step's forward ops."""
+    forward = [r for r in ctx.analysis.rows if r.phase == "forward" and r.module]
+    cut = int(len(forward) * fraction)
+    return {r.module for r in forward[:cut]}
+
+
+@rule(
+    "early-layers",
+    "memory-limited early layers: depthwise, squeeze-excite, layer norm",
+    "seed 002/003 'Recommendations for hierarchical models'",
+)
+def early_layers(ctx):
+    early = _early(ctx)
+    kinds = {
+        "depthwise convolution": lambda r: r.family == "conv-depthwise",
+        "squeeze-and-excitation pooling": lambda r: (
+            r.family == "pooling" and r.op.startswith("aten._adaptive_avg_pool") and "." in r.module
+        ),
+        "layer norm": lambda r: r.family == "layer_norm",
+    }
+    findings = []
+    for kind, match in kinds.items():
+        rows = [r for r in ctx.analysis.rows if r.module in early and match(r)]
+        time = sum(r.time_s for r in rows)
+        if _share(ctx, time) < 0.02:
+            continue
+        fix = {
+            "depthwise convolution": "use dense convolutions in the early, memory-limited "
+            "layers (depthwise is fine later, where layers are math-limited)",
+            "squeeze-and-excitation pooling": "drop squeeze-and-excitation from the early "
+            "layers; keep it where the layers are math-limited",
+            "layer norm": "avoid layer norm in the early layers (batch norm folds into the "
+            "convolution at inference)",
+        }[kind]
+        findings.append(
+            Finding(
+                "early-layers",
+                _severity(_share(ctx, time)),
+                sorted({r.module for r in rows})[:8],
+                {"kind": kind, "time_s": time, "share": _share(ctx, time)},
+                fix,
+                how="an architecture change: the share of the step these "
+                "ops take is shown, no gain is predicted",
+            )
+        )
+    return findings
+
+
+@rule(
+    "relu-fusion",
+    "activation after conv + batch norm that cannot fuse: prefer ReLU",
+    "seed 002/003 'ReLU is the best activation as it can be fused with conv-BN'",
+)
+def relu_fusion(ctx):
+    found = []
+    for path, module in ctx.model.named_modules():
+        children = list(module.named_children())
+        for (_a, conv), (_, bn), (c, act) in zip(
+            children, children[1:], children[2:], strict=False
+        ):
+            if (
+                isinstance(conv, nn.Conv2d)
+                and isinstance(bn, nn.BatchNorm2d)
+                and isinstance(act, (nn.SiLU, nn.GELU, nn.Hardswish, nn.Mish, nn.ELU))
+            ):
+                prefix = f"{path}." if path else ""
+                found.append((prefix + c, type(act).__name__))
+    if not found:
+        return []
+    time = sum(r.time_s for r in ctx.analysis.rows for p, _ in found if r.module == p)
+    return [
+        Finding(
+            "relu-fusion",
+            _severity(_share(ctx, time)),
+            [p for p, _ in found][:8],
+            {"activations": sorted({k for _, k in found}), "count": len(found), "time_s": time},
+            "ReLU after conv + batch norm fuses into one kernel (TensorRT, cuDNN "
+            "fusions); other activations need a pass of their own",
+            how="an architecture change: no gain is predicted",
+        )
+    ]
