@@ -373,12 +373,19 @@ def load_model(
     batch = batch or (DEFAULT_IMAGE_BATCH if kind in ("torchvision", "timm") else DEFAULT_BATCH)
     if re.search(r"\.py$", kind) or (sep and rest and kind.endswith(".py")):
         return _user_file(kind, rest or "model")
-    if kind == "torchvision" and rest:
-        return _torchvision(rest, batch, image_size)
-    if kind == "hf" and rest:
-        return _hf(rest, batch, seq_len)
-    if kind == "timm" and rest:
-        return _timm(rest, batch, image_size)
+    builders = {
+        "torchvision": lambda: _torchvision(rest, batch, image_size),
+        "hf": lambda: _hf(rest, batch, seq_len),
+        "timm": lambda: _timm(rest, batch, image_size),
+    }
+    if kind in builders and rest:
+        try:
+            return builders[kind]()
+        except DlperfError:
+            raise
+        except Exception as err:  # a library refused the configuration
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            raise DlperfError(f"building {name} failed: {type(err).__name__}: {first}") from None
     raise DlperfError(
         f"cannot read model name {name!r}; use torchvision:NAME, hf:NAME, timm:NAME or "
         "path/to/file.py:factory"

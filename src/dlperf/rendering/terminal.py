@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -22,7 +23,7 @@ def seconds(value: float) -> str:
 
 
 def gpus_table(specs, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or Console(emoji=False)
     table = Table(title="GPU catalogue (dense peaks)")
     for col in ("id", "name", "SMs", "memory", "bandwidth", "fp32", "tf32", "fp16", "int8"):
         table.add_column(col, justify="right" if col not in ("id", "name") else "left")
@@ -46,7 +47,7 @@ def gpus_table(specs, console: Console | None = None) -> None:
 
 
 def gemm_report(r, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or Console(emoji=False)
     batch = f" x {r.batch}" if r.batch > 1 else ""
     console.print(f"[bold]GEMM {r.m} x {r.n} x {r.k}{batch}[/] ({r.dtype}) on [bold]{r.gpu}[/]")
     table = Table(show_header=False, box=None, pad_edge=False)
@@ -109,9 +110,9 @@ def _losses(row) -> str:
 
 def _wide_console() -> Console:
     """A console at least 140 columns wide when the output is not a terminal."""
-    console = Console()
+    console = Console(emoji=False)
     if not console.is_terminal:
-        console = Console(width=140)
+        console = Console(width=140, emoji=False)
     return console
 
 
@@ -123,7 +124,7 @@ def analysis_report(a, top: int = 15, depth: int = 2, console: Console | None = 
     totals = a.totals
     mode = "training step" if a.training else "inference step"
     console.print(
-        f"[bold]{a.model}[/] on [bold]{a.gpu}[/], {a.precision}, {mode}: "
+        f"[bold]{escape(a.model)}[/] on [bold]{a.gpu}[/], {a.precision}, {mode}: "
         f"{a.params / 1e6:,.1f} M parameters, batch {a.batch}"
     )
     tput = a.throughput
@@ -207,7 +208,7 @@ def memory_report(r, console: Console | None = None) -> None:
     console = console or _wide_console()
     micro = f", micro-batch {r.micro_batch} x {r.accumulate}" if r.accumulate > 1 else ""
     console.print(
-        f"[bold]{r.model}[/] training on [bold]{r.gpu}[/], {r.precision}, {r.optimizer}, "
+        f"[bold]{escape(r.model)}[/] training on [bold]{r.gpu}[/], {r.precision}, {r.optimizer}, "
         f"checkpoint {r.checkpoint}: batch {r.batch}{micro}, {r.params / 1e6:,.1f} M parameters"
     )
     verdict = "[green]fits[/]" if r.fits else "[red]does not fit[/]"
@@ -262,7 +263,7 @@ def memory_report(r, console: Console | None = None) -> None:
 def plan_report(r, top: int = 12, console: Console | None = None) -> None:
     console = console or _wide_console()
     console.print(
-        f"[bold]{r.model}[/] on {r.gpus} x [bold]{r.gpu}[/] ({r.gpus_per_node} per node), "
+        f"[bold]{escape(r.model)}[/] on {r.gpus} x [bold]{r.gpu}[/] ({r.gpus_per_node} per node), "
         f"{r.precision}: global batch {r.global_batch}, micro-batch {r.micro_batch}, "
         f"{r.params / 1e9:,.2f} B parameters"
     )
@@ -344,7 +345,7 @@ def advice_report(a, console: Console | None = None) -> None:
     console = console or _wide_console()
     mode = "training" if a.training else "inference"
     console.print(
-        f"[bold]{a.model}[/] on [bold]{a.gpu}[/], {a.precision}, {mode}: "
+        f"[bold]{escape(a.model)}[/] on [bold]{a.gpu}[/], {a.precision}, {mode}: "
         f"predicted step {seconds(a.predicted_time_s)} -> "
         f"{seconds(a.predicted_time_after_s)} with every finding applied "
         f"({a.predicted_time_s / a.predicted_time_after_s:.2f}x)"
@@ -367,7 +368,7 @@ def advice_report(a, console: Console | None = None) -> None:
 def trace_report(r, top: int = 15, console: Console | None = None) -> None:
     console = console or _wide_console()
     console.print(
-        f"[bold]{r.path}[/] on [bold]{r.gpu}[/]: {r.kernels:,} kernels in {r.steps} "
+        f"[bold]{escape(r.path)}[/] on [bold]{r.gpu}[/]: {r.kernels:,} kernels in {r.steps} "
         f"step(s); GPU busy {seconds(r.gpu_busy_s)}, idle {seconds(r.gpu_idle_s)} "
         f"({r.gpu_idle_s / max(r.gpu_busy_s + r.gpu_idle_s, 1e-30):.0%})"
     )
@@ -407,7 +408,7 @@ def trace_report(r, top: int = 15, console: Console | None = None) -> None:
 def measure_report(r, console: Console | None = None) -> None:
     console = console or _wide_console()
     console.print(
-        f"[bold]{r.model}[/] on {r.device} ({r.precision}, "
+        f"[bold]{escape(r.model)}[/] on {r.device} ({r.precision}, "
         f"{'training' if r.training else 'inference'}): predicted "
         f"{seconds(r.predicted_time_s)}, measured {seconds(r.measured_time_s)} "
         f"(spread {seconds(r.measured_spread_s)}), error {r.error:+.0%}"
