@@ -12,7 +12,7 @@ from .hardware import HardwareSpec
 from .hardware import gpu as get_gpu
 from .models import load_model
 from .precision import precision as get_precision
-from .tracing import trace
+from .tracing import trace, within
 
 
 def analyze(
@@ -104,21 +104,20 @@ def memory(
     micro = full_batch // accumulate
     micro_inputs = resize_inputs(inputs, batch=micro) if accumulate > 1 else inputs
 
-    def measure(step_inputs, policy_name=checkpoint):
+    def traced(step_inputs, timed: bool = True):
+        """A trace of one step, and each block's forward time (for recompute costs)."""
         recorded = trace(model, step_inputs, training=True, precision=policy)
-        timing = analyze_trace(recorded, spec, model_name=name, optimizer="")
-        forward = {}
-        for row in timing.rows:
-            if row.phase == "forward":
-                for block in recorded.blocks:
-                    if row.module == block or row.module.startswith(block + "."):
-                        forward[block] = forward.get(block, 0.0) + row.time_s
-        return recorded, step_memory(recorded, spec, optimizer, policy_name, forward)
+        return recorded, _block_times(recorded, spec, name, "forward") if timed else {}
 
-    recorded, terms = measure(micro_inputs)
+    recorded, forward = traced(micro_inputs)
+    terms = step_memory(recorded, spec, optimizer, checkpoint, forward)
     policies = []
-    for option in ("none", "blocks", "sqrt"):
-        _, alt = measure(micro_inputs, option) if option != checkpoint else (None, terms)
+    for option in ("none", "blocks", "sqrt"):  # what-ifs priced on the same trace
+        alt = (
+            terms
+            if option == checkpoint
+            else step_memory(recorded, spec, optimizer, option, forward)
+        )
         policies.append(
             {
                 "checkpoint": alt["policy"],
@@ -157,16 +156,34 @@ def memory(
         },
     )
     if fit:
+
+        def peak_at(step_inputs):  # the peak needs no timing
+            recorded_at, _ = traced(step_inputs, timed=False)
+            return step_memory(recorded_at, spec, optimizer, checkpoint, {})
+
         report.max_batch = _largest(
-            lambda b: measure(resize_inputs(inputs, batch=b))[1], spec.memory_bytes
+            lambda b: peak_at(resize_inputs(inputs, batch=b)), spec.memory_bytes
         )
         if first is not None and first.dim() == 2 and not first.is_floating_point():
             report.max_seq_len = _largest(
-                lambda s: measure(resize_inputs(micro_inputs, seq_len=s))[1],
+                lambda s: peak_at(resize_inputs(micro_inputs, seq_len=s)),
                 spec.memory_bytes,
                 step=64,
             )
     return report
+
+
+def _block_times(recorded, spec, name: str, phase: str) -> dict[str, float]:
+    """Predicted time of each repeated block's ops in one phase."""
+    timing = analyze_trace(recorded, spec, model_name=name, optimizer="")
+    times: dict[str, float] = {}
+    for row in timing.rows:
+        if row.phase != phase:
+            continue
+        for block in recorded.blocks:
+            if within(row.module, block):
+                times[block] = times.get(block, 0.0) + row.time_s
+    return times
 
 
 def _largest(peak_at, capacity: int, step: int = 1, limit: int = 1 << 20) -> int | None:
@@ -204,7 +221,7 @@ def _profile(model, inputs, name, spec, policy, optimizer, micro_batch):
     blocks = recorded.blocks
 
     def in_block(path: str) -> bool:
-        return any(path == b or path.startswith(b + ".") for b in blocks)
+        return any(within(path, b) for b in blocks)
 
     block_time = {"forward": 0.0, "backward": 0.0}
     other_time = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}

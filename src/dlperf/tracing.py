@@ -77,6 +77,11 @@ class TensorMeta:
         return self.dtype.is_floating_point
 
 
+def within(path: str, root: str) -> bool:
+    """Whether module `path` is `root` or lies inside it ("a.b" is within "a")."""
+    return path == root or path.startswith(root + ".")
+
+
 _ITEMSIZE: dict[torch.dtype, int] = {}
 
 
@@ -205,7 +210,7 @@ class _Recorder(TorchDispatchMode):
     def in_rnn(self, path: str) -> bool:
         if self.rnn_depth:
             return True
-        return any(path == p or path.startswith(p + ".") for p in self.rnn_paths)
+        return any(within(path, p) for p in self.rnn_paths)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -27,7 +27,7 @@ import torch
 
 from .errors import DlperfError
 from .hardware import HardwareSpec
-from .tracing import Trace
+from .tracing import Trace, within
 
 # Framework overhead, stated constants (not measured here): the CUDA context
 # with PyTorch's kernels loaded; cuBLAS workspaces (larger on Hopper and later);
@@ -104,7 +104,7 @@ def checkpoint_plan(trace: Trace, policy: str, forward_time: dict[str, float]) -
     for t in trace.saved:
         if t.kind != "activation":
             continue
-        owner = next((b for b in blocks if t.module == b or t.module.startswith(b + ".")), None)
+        owner = next((b for b in blocks if within(t.module, b)), None)
         if owner is None:
             outside += t.nbytes
         else:

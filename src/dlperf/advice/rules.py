@@ -8,7 +8,7 @@ from torch import nn
 
 from ..gemm import gemm
 from ..ops import CostContext, cost_of
-from ..tracing import OpEvent, TensorMeta
+from ..tracing import OpEvent, TensorMeta, within
 from . import Finding, fixes, rule
 
 # A layer whose ops take less than this share of the step is not worth a finding.
@@ -24,7 +24,7 @@ def _severity(fraction: float) -> str:
 
 
 def _rows_of(ctx, path: str):
-    return [r for r in ctx.analysis.rows if r.module == path or r.module.startswith(path + ".")]
+    return [r for r in ctx.analysis.rows if within(r.module, path)]
 
 
 # -- Tensor Cores -------------------------------------------------------------
