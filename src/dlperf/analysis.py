@@ -143,6 +143,14 @@ def _layout(event) -> str:
     return "NHWC" if ts[0].channels_last else "NCHW"
 
 
+def price_cost(cost: Cost, spec: HardwareSpec, dtype: str = "fp32", timer=None):
+    """`time_cost` for a cost outside an analysis: prices its GEMMs first (in
+    `timer`, when one is kept across calls)."""
+    timer = timer or _GemmTimer(spec)
+    timer.prepare(list(cost.gemms))
+    return time_cost(cost, spec, timer, dtype)
+
+
 def time_cost(cost: Cost, spec: HardwareSpec, timer: _GemmTimer, dtype: str = "fp32"):
     """(seconds, bound, gemm rows) of one costed op on `spec`."""
     eff = spec.efficiency

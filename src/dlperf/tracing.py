@@ -59,11 +59,11 @@ class TensorMeta:
 
     @property
     def itemsize(self) -> int:
-        return torch.empty((), dtype=self.dtype).element_size() if self.dtype else 4
+        return _itemsize(self.dtype)
 
     @property
     def nbytes(self) -> int:
-        return self.numel * _itemsize(self.dtype)
+        return self.numel * self.itemsize
 
     @property
     def channels_last(self) -> bool:

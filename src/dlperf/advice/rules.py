@@ -6,6 +6,7 @@ import math
 
 from torch import nn
 
+from ..analysis import price_cost
 from ..gemm import gemm
 from ..ops import CostContext, cost_of
 from ..tracing import OpEvent, TensorMeta, within
@@ -333,12 +334,7 @@ def fused_attention(ctx):
             )
             args = (q, q, q) if sm.phase == "forward" else (q, q, q, q)
             event = OpEvent(op, args, {}, (q,), path, sm.phase)
-            from ..analysis import _GemmTimer, time_cost
-
-            cost = cost_of(event, cctx)
-            timer = _GemmTimer(ctx.spec)
-            timer.prepare(list(cost.gemms))
-            fused += time_cost(cost, ctx.spec, timer)[0]
+            fused += price_cost(cost_of(event, cctx), ctx.spec)[0]
         gain = max(0.0, explicit - fused)
         saved += gain
         evidence[path] = {"explicit_time_s": explicit, "fused_time_s": fused}

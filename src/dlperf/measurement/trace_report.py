@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..analysis import _GemmTimer, time_cost
+from ..analysis import _GemmTimer, price_cost
 from ..errors import DlperfError
 from ..hardware import HardwareSpec, resolve_id
 from ..hardware import gpu as get_gpu
 from ..ops import CostContext, cost_of
 from ..precision import DTYPE_NAMES, precision
-from ..roofline import arithmetic_intensity
+from ..roofline import roofline_time_s
 from ..tracing import OpEvent, TensorMeta
 from .kineto import Kernel, busy_time_us, read_trace
 
@@ -217,19 +217,14 @@ def _row(op: dict, kernels: list[Kernel], spec: HardwareSpec, timer) -> TraceRow
         cost = None
     if cost is None or not (cost.flops or cost.bytes):
         return row
-    timer.prepare(list(cost.gemms))
     math_dtype = cost.gemms[0].dtype if cost.gemms else "fp32"
-    predicted = time_cost(cost, spec, timer, math_dtype if spec.has_dtype(math_dtype) else "fp32")[
-        0
-    ]
+    math_dtype = math_dtype if spec.has_dtype(math_dtype) else "fp32"
     row.flops, row.bytes = cost.flops, cost.bytes
     row.achieved_flops_per_s = cost.flops / time_s if time_s else None
     row.achieved_bytes_per_s = cost.bytes / time_s if time_s else None
-    row.predicted_time_s = predicted
-    peak_dtype = math_dtype if spec.has_dtype(math_dtype) else "fp32"
-    peak = spec.peak_flops_per_s(peak_dtype)
-    intensity = arithmetic_intensity(cost.flops, cost.bytes)
-    attainable_time = max(cost.flops / peak, cost.bytes / spec.memory_bandwidth_bytes_per_s)
-    row.fraction_of_roofline = attainable_time / time_s if time_s else None
-    del intensity
+    row.predicted_time_s = price_cost(cost, spec, math_dtype, timer)[0]
+    attainable = roofline_time_s(
+        cost.flops, cost.bytes, spec.peak_flops_per_s(math_dtype), spec.memory_bandwidth_bytes_per_s
+    )
+    row.fraction_of_roofline = attainable / time_s if time_s else None
     return row

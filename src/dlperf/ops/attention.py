@@ -20,9 +20,17 @@ from . import Cost, CostContext, Gemm, in_bytes, out_bytes, register
 SOFTMAX_FLOPS = 5
 
 
-def _qkv(e: OpEvent) -> tuple[TensorMeta, TensorMeta, TensorMeta]:
-    q, k, v = (a for a in e.args[:3])
-    return q, k, v
+def _dims(e: OpEvent, q: TensorMeta, k: TensorMeta, v: TensorMeta):
+    """(batch x heads, query length, key length, head size, value head size).
+
+    The `aten._scaled_dot_product_*` ops take (B, H, L, E) tensors; the lower
+    `aten._flash_attention_*` / `aten._efficient_attention_*` ops (B, L, H, E).
+    """
+    if e.op.startswith("aten._scaled"):
+        b, h, lq, d = q.shape
+        return b * h, lq, k.shape[2], d, v.shape[3]
+    b, lq, h, d = q.shape
+    return b * h, lq, k.shape[1], d, v.shape[3]
 
 
 def _gemm(ctx, q: TensorMeta, m, n, k, batch, role):
@@ -46,14 +54,8 @@ def _gemm(ctx, q: TensorMeta, m, n, k, batch, role):
     "aten._efficient_attention_forward",
 )
 def sdpa_forward(e: OpEvent, ctx: CostContext) -> Cost:
-    q, k, v = _qkv(e)
-    if "_attention_forward" in e.op and len(q.shape) == 4:  # (B, L, H, E) layout
-        b, lq, h, d = q.shape
-        s, dv = k.shape[1], v.shape[3]
-    else:
-        b, h, lq, d = q.shape
-        s, dv = k.shape[2], v.shape[3]
-    bh = b * h
+    q, k, v = e.args[:3]
+    bh, lq, s, d, dv = _dims(e, q, k, v)
     gemms = (_gemm(ctx, q, lq, s, d, bh, "scores"), _gemm(ctx, q, lq, dv, s, bh, "context"))
     flops = sum(g.flops for g in gemms) + SOFTMAX_FLOPS * bh * lq * s
     return Cost(
@@ -76,14 +78,8 @@ def sdpa_forward(e: OpEvent, ctx: CostContext) -> Cost:
     "aten._efficient_attention_backward",
 )
 def sdpa_backward(e: OpEvent, ctx: CostContext) -> Cost:
-    q, k, v = e.args[1], e.args[2], e.args[3]  # after the output gradient
-    if "_attention_backward" in e.op and not e.op.startswith("aten._scaled"):
-        b, lq, h, d = q.shape
-        s, dv = k.shape[1], v.shape[3]
-    else:
-        b, h, lq, d = q.shape
-        s, dv = k.shape[2], v.shape[3]
-    bh = b * h
+    q, k, v = e.args[1:4]  # after the output gradient
+    bh, lq, s, d, dv = _dims(e, q, k, v)
     gemms = (
         _gemm(ctx, q, lq, s, d, bh, "recompute scores"),
         _gemm(ctx, q, lq, s, dv, bh, "grad probabilities"),
