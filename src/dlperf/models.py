@@ -298,9 +298,8 @@ def _hf(spec: str, batch: int, seq_len: int | None) -> LoadedModel:
             setattr(config, attr, value)
     if hasattr(config, "head_dim") and getattr(config, "num_attention_heads", 0):
         config.head_dim = config.hidden_size // config.num_attention_heads
-    for attr in ("use_cache", "tie_word_embeddings"):
-        if hasattr(config, attr) and attr == "use_cache":
-            setattr(config, attr, False)
+    if hasattr(config, "use_cache"):
+        config.use_cache = False  # training keeps no key/value cache
     seq = seq_len or min(DEFAULT_SEQ_LEN, _max_positions(config))
     auto = getattr(transformers, _TASKS[task])
     model = build_without_weights(auto.from_config, config)
