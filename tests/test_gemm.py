@@ -6,6 +6,7 @@ import pytest
 import dlperf
 from dlperf.errors import DlperfError
 from dlperf.gemm import predict_many
+from dlperf.roofline import limiter
 
 JSON_KEYS = {
     "m",
@@ -34,8 +35,13 @@ JSON_KEYS = {
 
 def test_seed_memory_and_math_bound_gemms_on_v100():
     skinny = dlperf.gemm(8192, 128, 8192, dtype="fp16", gpu="v100")
+    # The guide's example: 2*8192*128*8192 FLOPs over 2*(8192*8192 + 8192*128 + 8192*128)
+    # bytes = 124.1 FLOPs/B, below V100's datasheet ridge 125e12 / 900e9 = 138.9.
     assert round(skinny.arithmetic_intensity, 1) == 124.1
-    assert skinny.bound == "memory"
+    assert round(skinny.ridge_ops_per_byte, 1) == 138.9
+    # The verdict is the one rule: the term that sets the predicted time.
+    assert skinny.bound == limiter(skinny.math_time_s, skinny.memory_time_s, skinny.latency_s)
+    assert any("datasheet ridge 138.9" in note for note in skinny.notes)
     square = dlperf.gemm(8192, 8192, 8192, dtype="fp16", gpu="v100")
     assert int(square.arithmetic_intensity) == 2730
     assert square.bound == "math"

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .gemm import alignment_verdicts, predict_many
+from .gemm import alignment_verdicts, is_starved, predict_many
 from .hardware import HardwareSpec
 from .ops import CATEGORIES, Cost, CostContext, Gemm, cost_of, fallback_cost
 from .optimizer import optimizer_cost
 from .precision import DTYPE_NAMES
-from .roofline import arithmetic_intensity, streaming_time_s
+from .roofline import arithmetic_intensity, limiter, streaming_terms
 from .tracing import Trace
 
 
@@ -152,30 +152,30 @@ def price_cost(cost: Cost, spec: HardwareSpec, dtype: str = "fp32", timer=None):
 
 
 def time_cost(cost: Cost, spec: HardwareSpec, timer: _GemmTimer, dtype: str = "fp32"):
-    """(seconds, bound, gemm rows) of one costed op on `spec`."""
+    """(seconds, bound, gemm rows) of one costed op on `spec`.
+
+    The bound follows `roofline.limiter`, the rule `dlperf gemm` uses: an op of
+    one GEMM gets exactly the verdict of that GEMM.
+    """
     eff = spec.efficiency
     if not cost.gemms:
-        t = (
-            float(streaming_time_s(cost.bytes, spec, cost.flops, dtype))
-            if cost.bytes or cost.flops
-            else 0.0
-        )
-        t += max(0, cost.kernels - 1) * eff.kernel_latency_s
-        if t == 0:
+        if not (cost.bytes or cost.flops):
             return 0.0, "latency", []
-        mem = t - eff.kernel_latency_s
-        bound = "latency" if eff.kernel_latency_s * cost.kernels >= mem else "memory"
-        return t, bound, []
+        math_s, memory_s, latency_s = streaming_terms(cost.bytes, spec, cost.flops, dtype)
+        latency_s = float(latency_s) * cost.kernels
+        t = latency_s + float(max(math_s, memory_s))
+        return t, limiter(float(math_s), float(memory_s), latency_s), []
     rows, math_t, mem_t, lat_t, total = [], 0.0, 0.0, 0.0, 0.0
+    starved = True
     bandwidth = spec.memory_bandwidth_bytes_per_s * eff.dram_efficiency
     for g in cost.gemms:
         r = timer(g)
-        memory = r["memory_time_s"]
         one = r["time_s"] * g.count
         total += one
         math_t += r["math_time_s"] * g.count
-        mem_t += memory * g.count
+        mem_t += r["memory_time_s"] * g.count
         lat_t += r["latency_s"] * g.count
+        starved = starved and is_starved(r["tiles"], spec)
         tile = f"{r['tile_m']}x{r['tile_n']}" if r["tile_m"] > 0 else "none"
         align_dtype = g.dtype if spec.has_dtype(g.dtype) else _fallback_dtype(spec, g.dtype)
         rows.append(
@@ -200,10 +200,8 @@ def time_cost(cost: Cost, spec: HardwareSpec, timer: _GemmTimer, dtype: str = "f
     extra = cost.bytes - gemm_bytes if cost.family == "conv" else 0.0
     if extra > 0:
         total += extra / bandwidth
-    bound = "math" if math_t >= mem_t else "memory"
-    if lat_t >= max(math_t, mem_t):
-        bound = "latency"
-    return total, bound, rows
+        mem_t += extra / bandwidth
+    return total, limiter(math_t, mem_t, lat_t, starved=starved), rows
 
 
 @dataclass

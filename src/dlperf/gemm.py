@@ -259,10 +259,23 @@ def predict_many(
     return best
 
 
+# No GPU holds a matrix of more elements (2**48 fp16 values are 512 TiB); the
+# bound also keeps every byte and tile count of predict_many inside int64.
+MAX_MATRIX_ELEMENTS = 2**48
+
+
 def _check_sizes(m, n, k, batch):
     for name, value in (("M", m), ("N", n), ("K", k), ("batch", batch)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
             raise DlperfError(f"GEMM size {name}={value!r} must be a positive whole number")
+    m, n, k, batch = (int(v) for v in (m, n, k, batch))  # Python ints never overflow
+    for label, rows, cols in (("A", m, k), ("B", k, n), ("C", m, n)):
+        if batch * rows * cols > MAX_MATRIX_ELEMENTS:
+            raise DlperfError(
+                f"GEMM {m} x {n} x {k} (batch {batch}): matrix {label} would hold "
+                f"{batch * rows * cols:.3g} elements, more than any GPU's memory "
+                f"(limit 2**48 = {MAX_MATRIX_ELEMENTS:.3g})"
+            )
 
 
 def gemm(
@@ -309,7 +322,7 @@ def gemm(
         bytes=moved,
         arithmetic_intensity=intensity,
         ridge_ops_per_byte=ridge,
-        bound=_bound(row, intensity, ridge, spec),
+        bound=gemm_bound(row, spec),
         time_s=time_s,
         achieved_flops_per_s=flops / time_s,
         fraction_of_peak=flops / time_s / peak,
@@ -330,15 +343,24 @@ def gemm(
     return result
 
 
-def _bound(row: dict, intensity: float, ridge: float, spec: HardwareSpec) -> str:
-    """Math or memory by the roofline; latency when the kernel's fixed cost
-    dominates or the GPU is too starved of tiles to reach either roof."""
-    verdict = limiter(row["math_time_s"], row["memory_time_s"], row["latency_s"])
-    if verdict == "latency":
-        return verdict
-    if spec.kind != "cpu" and row["tiles"] < spec.sm_count / 4:
-        return "latency"
-    return "math" if intensity >= ridge else "memory"
+# Fewer output tiles than this share of the SMs leaves the GPU mostly idle:
+# the kernel is latency-limited whatever its arithmetic intensity.
+STARVED_SM_SHARE = 0.25
+
+
+def is_starved(tiles: int, spec: HardwareSpec) -> bool:
+    """Whether a GEMM has too few tiles to occupy the device (never on a CPU)."""
+    return spec.kind != "cpu" and tiles < spec.sm_count * STARVED_SM_SHARE
+
+
+def gemm_bound(row: dict, spec: HardwareSpec) -> str:
+    """The limiter of one priced GEMM row (`predict_many` output), by the one rule."""
+    return limiter(
+        row["math_time_s"],
+        row["memory_time_s"],
+        row["latency_s"],
+        starved=is_starved(row["tiles"], spec),
+    )
 
 
 def _notes(r: GemmResult, spec: HardwareSpec, math_dtype: str) -> list[str]:
@@ -378,9 +400,17 @@ def _notes(r: GemmResult, spec: HardwareSpec, math_dtype: str) -> list[str]:
     if r.split_k > 1:
         notes.append(f"split-K by {r.split_k}: too few output tiles to fill {spec.sm_count} SMs")
     if r.bound == "memory":
+        side = "below" if r.arithmetic_intensity < r.ridge_ops_per_byte else "above"
         notes.append(
-            f"memory-bound: {r.arithmetic_intensity:.1f} FLOPs/B is below the "
-            f"{r.ridge_ops_per_byte:.1f} ridge of {spec.id}"
+            f"memory-bound: moving its bytes takes longer than its math at attainable rates "
+            f"({r.arithmetic_intensity:.1f} FLOPs/B, {side} the datasheet ridge "
+            f"{r.ridge_ops_per_byte:.1f} of {spec.id})"
+        )
+    elif r.bound == "math" and r.arithmetic_intensity < r.ridge_ops_per_byte:
+        notes.append(
+            f"math-bound at attainable rates although {r.arithmetic_intensity:.1f} FLOPs/B is "
+            f"below the datasheet ridge {r.ridge_ops_per_byte:.1f}: efficiency losses slow its "
+            "math more than its memory traffic"
         )
     elif r.bound == "latency":
         notes.append("latency-bound: too little work to fill the GPU")

@@ -1,47 +1,89 @@
-"""The optimizer step, costed from the parameters (it is not traced).
+"""Optimizers: the one table of their states and work, and the step's cost.
 
-Each optimizer streams its parameters, gradients and states once per step:
-bytes read and written per parameter, with fp32 master weights, gradients and
-states (the seeds' memory table) unless the precision policy keeps weights
-in half precision throughout. A fused or multi-tensor implementation
+The optimizer step is costed from the parameters (it is not traced). Each
+optimizer streams its parameters, gradients and states once per step. States
+are kept in the weights' storage dtype (fp32 master weights under fp32 and
+mixed precision, half precision when the policy trains in fp16/bf16
+throughout, as `torch.optim` allocates them with `zeros_like(param)`), except
+8-bit Adam's, which are one byte each. A fused or multi-tensor implementation
 launches about one kernel per 64 parameter tensors.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import torch
 
-from .errors import DlperfError
+from .errors import DlperfError, close_matches
 from .ops import Cost
 from .tracing import OpEvent, Trace
 
-# (states per parameter, FLOPs per parameter)
+
+@dataclass(frozen=True)
+class Optimizer:
+    name: str
+    # Full-size state tensors per parameter (moments); 0 for plain SGD.
+    states: int
+    # FLOPs per parameter per step.
+    flops_per_param: int
+    # Bytes per state element, or None for the weights' storage dtype.
+    state_itemsize: int | None = None
+    # Adafactor: the second moment kept factored (row and column statistics).
+    factored: bool = False
+
+
 OPTIMIZERS = {
-    "adamw": (2, 12),
-    "adam": (2, 12),
-    "sgd": (0, 2),
-    "sgd-momentum": (1, 4),
-    "adam8bit": (2, 14),
-    "adafactor": (1, 14),
+    o.name: o
+    for o in (
+        Optimizer("adamw", states=2, flops_per_param=12),
+        Optimizer("adam", states=2, flops_per_param=12),
+        Optimizer("sgd", states=0, flops_per_param=2),
+        Optimizer("sgd-momentum", states=1, flops_per_param=4),
+        Optimizer("adam8bit", states=2, flops_per_param=14, state_itemsize=1),
+        Optimizer("adafactor", states=0, flops_per_param=14, factored=True),
+    )
 }
 TENSORS_PER_KERNEL = 64
 
 
-def optimizer_cost(trace: Trace, name: str) -> tuple[OpEvent, Cost]:
+def get_optimizer(name: str) -> Optimizer:
     if name not in OPTIMIZERS:
-        raise DlperfError(f"unknown optimizer {name!r}; choose from: {', '.join(OPTIMIZERS)}")
-    states, flops = OPTIMIZERS[name]
+        raise DlperfError(f"unknown optimizer {name!r}; {close_matches(name, OPTIMIZERS)}")
+    return OPTIMIZERS[name]
+
+
+def factored_state_elements(shape: tuple[int, ...]) -> int:
+    """Elements of Adafactor's factored second moment for one parameter.
+
+    A tensor of two or more dimensions keeps a row statistic over its last
+    dimension (shape[:-1]) and a column statistic over the one before
+    (shape[:-2] + shape[-1:]); a vector keeps its full second moment.
+    """
+    if len(shape) < 2:
+        return math.prod(shape)
+    return math.prod(shape[:-1]) + math.prod(shape[:-2]) * shape[-1]
+
+
+def state_bytes(name: str, params: int, shapes: list[tuple[int, ...]], word_bytes: int = 4) -> int:
+    """Bytes of optimizer state for `params` parameters of the given shapes,
+    with weights stored in `word_bytes` per element."""
+    opt = get_optimizer(name)
+    itemsize = opt.state_itemsize or word_bytes
+    if opt.factored:
+        return itemsize * sum(factored_state_elements(s) for s in shapes)
+    return itemsize * opt.states * params
+
+
+def optimizer_cost(trace: Trace, name: str) -> tuple[OpEvent, Cost]:
+    opt = get_optimizer(name)
     half = trace.precision.param_dtype in (torch.float16, torch.bfloat16)
     word = 2 if half else 4
-    state_bytes = 1 if name == "adam8bit" else word
     n = trace.trainable_params
-    if name == "adafactor":  # factored second moment: rows + columns per matrix
-        factored = sum((s[0] + s[-1]) if len(s) >= 2 else s[0] for s in trace.param_shapes)
-        read = n * (2 * word) + factored * word
-        written = n * word + factored * word
-    else:
-        read = n * (2 * word + states * state_bytes)  # weights, gradients, states
-        written = n * (word + states * state_bytes)  # weights, states
+    states = state_bytes(name, n, trace.param_shapes, word)
+    read = n * 2 * word + states  # weights, gradients, states
+    written = n * word + states  # weights, states
     kernels = max(1, -(-len(trace.param_shapes) // TENSORS_PER_KERNEL))
     event = OpEvent(
         op=f"optimizer.{name}",
@@ -53,7 +95,7 @@ def optimizer_cost(trace: Trace, name: str) -> tuple[OpEvent, Cost]:
         info={"params": n},
     )
     cost = Cost(
-        flops=flops * n,
+        flops=opt.flops_per_param * n,
         bytes_read=read,
         bytes_written=written,
         category="other",

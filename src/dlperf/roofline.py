@@ -32,32 +32,48 @@ def roofline_time_s(flops: float, bytes_moved: float, peak_flops_per_s: float, b
     return max(flops / peak_flops_per_s, bytes_moved / bandwidth)
 
 
-def limiter(math_time_s: float, memory_time_s: float, latency_time_s: float) -> str:
-    """Which term sets a kernel's time: 'math', 'memory' or 'latency'.
+def limiter(
+    math_time_s: float, memory_time_s: float, latency_time_s: float, starved: bool = False
+) -> str:
+    """Which term sets a kernel's predicted time: 'math', 'memory' or 'latency'.
 
-    Latency wins when the fixed cost of running a kernel is larger than both the
-    math and the memory work (too little work to fill the GPU).
+    The one rule of dlperf, used by `dlperf gemm`, the per-op analysis, the
+    trace report and the advice alike. The terms are the model's predictions
+    at attainable rates (efficiency, tile and wave losses included), not the
+    datasheet roofline: a GEMM just below the datasheet ridge can still spend
+    longer on math than on memory. Latency wins when the fixed cost of running
+    the kernel is larger than both, or when the kernel is `starved`: too little
+    parallel work to occupy the device, so neither roof is reached (the
+    guides' latency-limited regime).
     """
-    if latency_time_s >= max(math_time_s, memory_time_s):
+    if starved or latency_time_s >= max(math_time_s, memory_time_s):
         return "latency"
     return "math" if math_time_s >= memory_time_s else "memory"
 
 
-def streaming_time_s(bytes_moved, spec, flops=0.0, dtype: str = "fp32"):
-    """Time of a memory-bound kernel (element-wise, reduction, normalization, copy).
+def streaming_terms(bytes_moved, spec, flops=0.0, dtype: str = "fp32"):
+    """(math_s, memory_s, latency_s) of a memory-bound kernel (element-wise,
+    reduction, normalization, copy).
 
     A kernel pays its launch latency, then moves its bytes at the attainable
     bandwidth; a tensor too small to keep every SM's share of bytes in flight
-    draws proportionally less (the small-tensor plateau of seed 000, figures
-    1-3). Its arithmetic runs on CUDA cores and rarely matters. Works on
-    numbers and on numpy arrays alike.
+    draws proportionally less (the small-tensor plateau of the memory-limited
+    layers guide, figures 1-3). Its arithmetic runs on CUDA cores and rarely
+    matters. Works on numbers and on numpy arrays alike.
     """
     eff = spec.efficiency
     in_flight = spec.sm_count * eff.saturation_bytes_per_sm
     share = np.minimum(1.0, np.maximum(bytes_moved, 1.0) / in_flight * eff.sm_bandwidth_share)
     bandwidth = spec.memory_bandwidth_bytes_per_s * eff.streaming_dram_efficiency * share
     math_rate = spec.peak_flops_per_s(dtype if spec.has_dtype(dtype) else _any_dtype(spec))
-    return eff.kernel_latency_s + np.maximum(bytes_moved / bandwidth, flops / math_rate)
+    return flops / math_rate, bytes_moved / bandwidth, eff.kernel_latency_s
+
+
+def streaming_time_s(bytes_moved, spec, flops=0.0, dtype: str = "fp32"):
+    """Time of a memory-bound kernel: its latency, then the longer of its math
+    and its memory traffic (`streaming_terms`)."""
+    math_s, memory_s, latency_s = streaming_terms(bytes_moved, spec, flops, dtype)
+    return latency_s + np.maximum(memory_s, math_s)
 
 
 def _any_dtype(spec) -> str:

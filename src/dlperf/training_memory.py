@@ -27,6 +27,7 @@ import torch
 
 from .errors import DlperfError
 from .hardware import HardwareSpec
+from .optimizer import OPTIMIZERS, state_bytes  # noqa: F401  (OPTIMIZERS re-exported)
 from .tracing import Trace, within
 
 # Framework overhead, stated constants (not measured here): the CUDA context
@@ -37,8 +38,6 @@ CUBLAS_WORKSPACE_BYTES = {"hopper": 32 * 2**20, "blackwell": 32 * 2**20}
 DEFAULT_CUBLAS_WORKSPACE_BYTES = 4 * 2**20
 ALLOCATOR_SLACK = 0.05
 
-OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "sgd": 0, "sgd-momentum": 4, "adam8bit": 2}
-OPTIMIZERS = (*OPTIMIZER_STATE_BYTES, "adafactor")
 CHECKPOINT_HELP = "none, blocks, every:K or sqrt"
 
 
@@ -51,12 +50,16 @@ def state_bytes_per_param(precision_name: str) -> tuple[int, int]:
     return 4, 4
 
 
-def optimizer_bytes(optimizer: str, params: int, shapes: list[tuple[int, ...]]) -> int:
-    if optimizer == "adafactor":  # factored second moment: rows + columns per matrix
-        return 4 * sum((s[0] + math.prod(s[1:])) if len(s) >= 2 else s[0] for s in shapes)
-    if optimizer not in OPTIMIZER_STATE_BYTES:
-        raise DlperfError(f"unknown optimizer {optimizer!r}; choose from: {', '.join(OPTIMIZERS)}")
-    return OPTIMIZER_STATE_BYTES[optimizer] * params
+def master_word_bytes(precision_name: str) -> int:
+    """Bytes per element of the weights the optimizer updates (and of its states)."""
+    return 2 if precision_name in ("fp16", "bf16") else 4
+
+
+def optimizer_bytes(
+    optimizer: str, params: int, shapes: list[tuple[int, ...]], word_bytes: int = 4
+) -> int:
+    """Optimizer states (`optimizer.state_bytes`, the one table)."""
+    return state_bytes(optimizer, params, shapes, word_bytes)
 
 
 def overhead_bytes(spec: HardwareSpec, activations: float) -> int:
@@ -195,7 +198,12 @@ def step_memory(
     weights = w_per * trace.params
     grads = g_per * trace.trainable_params
     states = (
-        optimizer_bytes(optimizer, trace.trainable_params, trace.param_shapes)
+        optimizer_bytes(
+            optimizer,
+            trace.trainable_params,
+            trace.param_shapes,
+            master_word_bytes(trace.precision.name),
+        )
         if trace.training
         else 0
     )

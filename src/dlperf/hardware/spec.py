@@ -43,46 +43,52 @@ class Efficiency:
 
     They are not physical facts: each is fitted on the measured data in
     ../shared/data per architecture family, and transfers to every device of
-    that family.
+    that family. Their values live in one place, `specs/_architectures.toml`
+    (the [default] table, then one table per family); none is written here.
     """
 
     # Fraction of the datasheet bandwidth a large streaming kernel reaches.
-    dram_efficiency: float = 0.85
+    dram_efficiency: float
     # Fraction of the datasheet bandwidth a large element-wise or reduction
     # kernel reaches (simpler access patterns than a GEMM's).
-    streaming_dram_efficiency: float = 0.85
+    streaming_dram_efficiency: float
     # Fraction of peak a large GEMM main loop reaches, Tensor Core and CUDA core paths.
-    tensor_math_efficiency: float = 0.85
-    simt_math_efficiency: float = 0.85
+    tensor_math_efficiency: float
+    simt_math_efficiency: float
     # A tile of tm x tn reuses each loaded element r = tm*tn/(tm+tn) times; its main
     # loop runs at r / (r + tile_reuse_knee) of the attainable math rate.
-    tile_reuse_knee: float = 8.0
+    tile_reuse_knee: float
     # Fixed cost of one thread-block tile (pipeline fill, epilogue), in SM clock cycles.
-    tile_fixed_cycles: float = 2000.0
+    tile_fixed_cycles: float
     # Shortest kernel: launch and ramp-up on the device, in seconds.
-    kernel_latency_s: float = 4e-6
+    kernel_latency_s: float
     # How many times its even share of DRAM bandwidth one busy SM can draw.
-    sm_bandwidth_share: float = 3.0
+    sm_bandwidth_share: float
     # Math-rate factor of Tensor Core kernels when a GEMM dimension breaks the
     # 16-byte alignment (narrow loads), and when it meets 16 but not the best
     # (128-byte) alignment of Ampere and later.
-    misaligned_tensor_efficiency: float = 0.5
-    unaligned_best_efficiency: float = 0.95
+    misaligned_tensor_efficiency: float
+    unaligned_best_efficiency: float
     # Power limits, in watts per GHz of clock under a full GEMM load: per CUDA
     # core for kernels on CUDA cores, per SM for Tensor Core kernels. A card whose
     # TDP is below that demand holds a lower sustained clock (the 70-75 W T4 and
     # P4, say). 0 disables the limit.
-    simt_watts_per_core_ghz: float = 0.0
-    tensor_watts_per_sm_ghz: float = 0.0
+    simt_watts_per_core_ghz: float
+    tensor_watts_per_sm_ghz: float
     # Bytes an SM must have in flight for a memory-bound kernel to draw its share
     # of bandwidth: smaller tensors sit on the latency plateau (seed 000, fig. 1-3).
-    saturation_bytes_per_sm: float = 65536.0
+    saturation_bytes_per_sm: float
     # Batched GEMM libraries choose among fewer tiles: none smaller than this
     # many output elements (a library heuristic, fitted like the rest).
-    batched_min_tile_area: float = 0.0
+    batched_min_tile_area: float
     # Host-side cost of one eager framework call (dispatch + launch), added to a
     # kernel's time only where a measurement includes it.
-    eager_call_overhead_s: float = 2e-5
+    eager_call_overhead_s: float
+
+    @classmethod
+    def defaults(cls) -> Efficiency:
+        """The [default] table of `specs/_architectures.toml`."""
+        return cls(**{k: float(v) for k, v in _architecture_defaults()["default"].items()})
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -100,7 +106,7 @@ class HardwareSpec:
     memory_bandwidth_bytes_per_s: float
     l2_cache_bytes: int
     math: dict[str, MathUnit]
-    efficiency: Efficiency = field(default_factory=Efficiency)
+    efficiency: Efficiency = field(default_factory=lambda: Efficiency.defaults())
     kind: str = "gpu"
     chip: str = ""
     compute_capability: str = ""

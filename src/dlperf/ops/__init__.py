@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import torch
+
 from ..hardware import HardwareSpec
 from ..precision import Precision
 from ..tracing import OpEvent, TensorMeta
@@ -80,13 +82,37 @@ class CostContext:
 
 Handler = Callable[[OpEvent, CostContext], Cost]
 _REGISTRY: dict[str, Handler] = {}
+# dlperf's own module-level events (recurrent layers) are not aten ops.
+OWN_EVENT_PREFIX = "dlperf."
+
+
+def aten_packet(name: str) -> torch._ops.OpOverloadPacket | None:
+    """The installed torch's overload packet for "aten.NAME", or None."""
+    namespace, _, op = name.partition(".")
+    if namespace != "aten" or not op:
+        return None
+    packet = getattr(torch.ops.aten, op, None)
+    return packet if isinstance(packet, torch._ops.OpOverloadPacket) else None
+
+
+def existing(*names: str) -> tuple[str, ...]:
+    """The names among `names` that are aten ops of the installed torch (for
+    optional variants such as an in-place `aten.relu_` beside `aten.relu`)."""
+    return tuple(n for n in names if aten_packet(n) is not None)
 
 
 def register(*packets: str):
-    """Register a handler for aten overload packets ("aten.mm"); once each."""
+    """Register a handler for aten overload packets ("aten.mm"); once each.
+
+    Every name must be an overload packet of the installed torch (or one of
+    dlperf's own "dlperf." events): a misspelt or missing op fails at import,
+    never silently costs nothing.
+    """
 
     def decorate(fn: Handler) -> Handler:
         for packet in packets:
+            if not packet.startswith(OWN_EVENT_PREFIX) and aten_packet(packet) is None:
+                raise ValueError(f"{packet} is not an aten op of torch {torch.__version__}")
             if packet in _REGISTRY:
                 raise ValueError(f"{packet} already has a cost handler")
             _REGISTRY[packet] = fn

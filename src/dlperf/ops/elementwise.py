@@ -8,7 +8,7 @@ once: the cache serves their reuse. Dropout writes its mask too.
 from __future__ import annotations
 
 from ..tracing import OpEvent
-from . import Cost, CostContext, register, tensor_args
+from . import Cost, CostContext, existing, register, tensor_args
 
 # FLOPs per output element, by op (1 where not listed).
 _UNARY = {
@@ -138,7 +138,7 @@ def _elementwise(e: OpEvent, ctx: CostContext) -> Cost:
 
 
 for _name in _KINDS:
-    register(f"aten.{_name}", f"aten.{_name}_")(_elementwise)
+    register(*existing(f"aten.{_name}", f"aten.{_name}_"))(_elementwise)
 
 
 @register("aten.native_dropout")

@@ -31,7 +31,6 @@ def _window(e: OpEvent, x_index: int = 0) -> int:
     "aten.avg_pool3d",
     "aten.avg_pool1d",
     "aten.max_pool1d_with_indices",
-    "aten.lp_pool2d",
 )
 def pool(e: OpEvent, ctx: CostContext) -> Cost:
     out = e.outputs[0]
@@ -50,7 +49,6 @@ def pool(e: OpEvent, ctx: CostContext) -> Cost:
     "aten.adaptive_max_pool2d",
     "aten.adaptive_max_pool3d",
     "aten.adaptive_avg_pool1d",
-    "aten._adaptive_avg_pool1d",
     "aten.adaptive_max_pool1d",
 )
 def adaptive_pool(e: OpEvent, ctx: CostContext) -> Cost:
