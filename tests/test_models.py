@@ -110,3 +110,91 @@ def test_every_torchvision_classifier_traces(name):
     assert {r.phase for r in a.rows} == {"forward", "backward", "optimizer"}
     assert a.unsupported_ops == {}
     assert a.time_s > 0
+
+
+# -- Hugging Face options: any config key, the task head, the position limit ----
+
+
+def test_hf_spec_sets_any_config_key_typed_by_its_current_value():
+    pytest.importorskip("transformers")
+    spec = "hf:gpt2:layers=1,layer_norm_epsilon=1e-3,scale_attn_weights=false,n_inner=96"
+    config = load_model(spec + ",activation_function=relu", batch=1, seq_len=8).module.config
+    assert config.n_layer == 1  # the short key is still an alias
+    assert config.layer_norm_epsilon == 1e-3 and isinstance(config.layer_norm_epsilon, float)
+    assert config.scale_attn_weights is False
+    assert config.n_inner == 96  # None by default: the text is read as an integer
+    assert config.activation_function == "relu"
+
+
+def test_hf_mpt_runs_past_2048_tokens():
+    pytest.importorskip("transformers")
+    small = "layers=1,hidden=64,heads=2,vocab=100"
+    for key in ("max_seq_len", "positions"):  # positions is mpt's max_seq_len
+        loaded = load_model(f"hf:mpt:{small},{key}=8192", batch=1, seq_len=4096)
+        assert loaded.module.config.max_seq_len == 8192
+        assert loaded.inputs["input_ids"].shape == (1, 4096)
+    a = dlperf.analyze(loaded.module, loaded.inputs, gpu="h100", training=False)
+    assert a.unsupported_ops == {}
+
+
+def test_hf_unknown_key_names_the_valid_keys_close_ones_first():
+    pytest.importorskip("transformers")
+    with pytest.raises(DlperfError) as err:
+        load_model("hf:mpt:max_seq=8192")
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.index("did you mean: max_seq_len") < text.index("valid keys: layers, hidden")
+    assert "expansion_ratio" in text  # mpt's own keys are listed too
+    for bad, message in [
+        ("hf:gpt2:layer_norm_epsilon=small", "is a number, not 'small'"),
+        ("hf:gpt2:scale_attn_weights=maybe", "is true or false"),
+        ("hf:gpt2:kv_heads=4", "gpt2 configs have no key 'kv_heads'"),
+        ("hf:gpt2:layers=0", "not a positive integer"),
+        ("hf:gpt2:layers", "use key=value"),
+    ]:
+        with pytest.raises(DlperfError, match=message):
+            load_model(bad)
+
+
+@pytest.mark.parametrize(
+    "head, model_class, label_shape",
+    [
+        ("sequence-classification", "BertForSequenceClassification", (2,)),  # one per sequence
+        ("token-classification", "BertForTokenClassification", (2, 16)),  # one per token
+        ("masked-lm", "BertForMaskedLM", (2, 16)),
+        ("base", "BertModel", None),
+    ],
+)
+def test_hf_head_chooses_the_task_head_and_its_inputs(head, model_class, label_shape):
+    pytest.importorskip("transformers")
+    loaded = load_model(f"hf:bert-large-uncased:head={head}", batch=2, seq_len=16)
+    assert type(loaded.module).__name__ == model_class
+    labels = loaded.inputs.get("labels")
+    assert (labels.shape if labels is not None else None) == label_shape
+    small = load_model(f"hf:bert-large-uncased:layers=1,head={head}", batch=2, seq_len=16)
+    a = dlperf.analyze(small.module, small.inputs, gpu="a100", precision="amp-bf16")
+    assert {r.phase for r in a.rows} == {"forward", "backward", "optimizer"}
+
+
+def test_hf_question_answering_and_bad_heads():
+    pytest.importorskip("transformers")
+    qa = load_model("hf:gpt2:layers=1,head=question-answering", batch=3, seq_len=8)
+    assert qa.inputs["start_positions"].shape == qa.inputs["end_positions"].shape == (3,)
+    with pytest.raises(DlperfError, match="no head 'masked-lm' for gpt2; choose from: causal-lm"):
+        load_model("hf:gpt2:head=masked-lm")
+    with pytest.raises(DlperfError, match=r"for attention heads: heads=12"):
+        load_model("hf:gpt2:head=12")
+
+
+def test_hf_seq_len_beyond_the_position_table_is_refused():
+    pytest.importorskip("transformers")
+    with pytest.raises(DlperfError, match=r"1024 positions of hf:gpt2; .* hf:gpt2:positions=4096"):
+        load_model("hf:gpt2", batch=1, seq_len=4096)
+    with pytest.raises(DlperfError, match="hf:gpt2:layers=1,positions=2048"):
+        load_model("hf:gpt2:layers=1", batch=1, seq_len=2048)
+    longer = load_model("hf:gpt2:layers=1,positions=4096", batch=1, seq_len=4096)
+    assert longer.max_positions == 4096 and longer.inputs["input_ids"].shape == (1, 4096)
+    assert load_model("hf:bert-base-uncased", seq_len=16).max_positions == 512
+    # rotary positions have no table: llama takes any length
+    llama = load_model("hf:llama:layers=1,hidden=64,heads=2,mlp=128,vocab=100", seq_len=65536)
+    assert llama.max_positions is None and llama.inputs["input_ids"].shape[1] == 65536

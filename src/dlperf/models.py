@@ -3,27 +3,39 @@
 - `torchvision:NAME`: any model of torchvision.models.get_model.
 - `hf:NAME`: a Hugging Face transformers architecture built from its config
   class: presets (gpt2, bert-base-uncased, t5-small, llama-7b, mistral-7b,
-  ...), any registered model type with its default config (`hf:roberta`),
-  and explicit sizes: `hf:llama:layers=32,hidden=4096,heads=32,mlp=11008,vocab=32000`.
+  ...) or any registered model type with its default config (`hf:roberta`),
+  then `:key=value,...` setting any key of the config class (`max_seq_len=8192`)
+  or a short size key (`layers, hidden, heads, kv_heads, mlp, vocab,
+  positions`), and `head=` choosing the task head (see HEADS). A sequence
+  longer than a learned position table is refused.
 - `timm:NAME` when timm is installed.
 - `path/to/file.py:factory`: calls `factory()` from the user's file, which
-  returns a module or `(module, inputs)`. This runs the user's code.
+  returns a module or `(module, inputs)`. This runs the user's code; it is
+  built without weights too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import functools
 import importlib.util
+import inspect
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from .errors import DlperfError
+from .errors import DlperfError, InternalError, first_line, raised_by_dlperf
 
 DEFAULT_IMAGE = 224
+# The largest tensor an input may describe: its byte size (up to 8 B per
+# element) and every count derived from it stay inside int64.
+MAX_INPUT_ELEMENTS = 2**48
 DEFAULT_SEQ_LEN = 512
 DEFAULT_BATCH = 8
 DEFAULT_IMAGE_BATCH = 32
@@ -35,6 +47,29 @@ class LoadedModel:
     module: nn.Module
     inputs: object  # tensor, tuple or dict of (meta) tensors
     family: str  # "vision", "sequence", "user"
+    head: str = ""  # Hugging Face task head (see HEADS)
+    encoder_decoder: bool = False
+    max_positions: int | None = None  # longest sequence a position table allows
+    # The same model with real, initialised weights, for running it (`measure`):
+    # a meta model's custom parameters have no reset_parameters to refill them.
+    build_real: Callable[[], nn.Module] | None = None
+
+    def token_inputs(self, ids: torch.Tensor) -> dict:
+        """The head's keyword inputs for token ids of shape (batch, seq)."""
+        if ids.dim() != 2 or ids.is_floating_point():
+            raise DlperfError(
+                f"{self.name} takes token ids of shape (batch, seq) such as 8x512:int64, "
+                f"not {'x'.join(map(str, ids.shape))}:{str(ids.dtype).removeprefix('torch.')}"
+            )
+        seq = int(ids.shape[1])
+        if self.max_positions and seq > self.max_positions:
+            name = self.name.removeprefix("hf:")
+            spec = f"{name}{',' if ':' in name else ':'}positions={seq}"
+            raise DlperfError(
+                f"sequence length {seq} is longer than the {self.max_positions} positions of "
+                f"{self.name}; give the model more with hf:{spec}"
+            )
+        return _head_inputs(self.head or "causal-lm", self.encoder_decoder, ids)
 
 
 # -- input shapes ----------------------------------------------------------
@@ -69,6 +104,11 @@ def parse_input(text: str) -> torch.Tensor:
         ) from None
     if not shape or any(s <= 0 for s in shape):
         raise DlperfError(f"input shape {text!r} has a size that is not positive")
+    if math.prod(shape) > MAX_INPUT_ELEMENTS:
+        raise DlperfError(
+            f"input shape {text!r} has {math.prod(shape):.3g} elements, more than the "
+            f"{MAX_INPUT_ELEMENTS:.3g} dlperf can count (int64 byte sizes); use a smaller shape"
+        )
     dtype = torch.float32
     if dtype_text:
         if dtype_text.lower() not in _DTYPES:
@@ -83,8 +123,8 @@ def parse_input(text: str) -> torch.Tensor:
 
 
 class _ParametersOnMeta:
-    """Build a model with every parameter and buffer moved to the meta device
-    as it is registered, while the rest of the constructor's arithmetic runs
+    """Build a model with every parameter moved to the meta device as it is
+    registered, while the rest of the constructor's arithmetic runs
     normally (for constructors that compute sizes with tensors)."""
 
     def __enter__(self):
@@ -92,7 +132,8 @@ class _ParametersOnMeta:
         original = self.register_parameter
 
         def register_parameter(module, name, param):
-            if param is not None:
+            lazy = isinstance(param, nn.parameter.UninitializedTensorMixin)
+            if param is not None and not lazy:  # lazy modules have no size yet
                 param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
             original(module, name, param)
 
@@ -135,21 +176,22 @@ def _torchvision(name: str, batch: int, image: int | None) -> LoadedModel:
     model = build_without_weights(torchvision.models.get_model, name, weights=None, **kwargs)
     size = image or _IMAGE_SIZES.get(name, DEFAULT_IMAGE)
     x = torch.empty(batch, 3, size, size, device="meta")
-    return LoadedModel(f"torchvision:{name}", model, x, "vision")
+    real = functools.partial(torchvision.models.get_model, name, weights=None, **kwargs)
+    return LoadedModel(f"torchvision:{name}", model, x, "vision", build_real=real)
 
 
 # -- Hugging Face --------------------------------------------------------------
 
-# preset -> (model type, task, config overrides)
+# preset -> (model type, task head, config overrides)
 HF_PRESETS = {
-    "gpt2": ("gpt2", "causal", {}),
-    "gpt2-medium": ("gpt2", "causal", {"n_embd": 1024, "n_layer": 24, "n_head": 16}),
-    "gpt2-large": ("gpt2", "causal", {"n_embd": 1280, "n_layer": 36, "n_head": 20}),
-    "gpt2-xl": ("gpt2", "causal", {"n_embd": 1600, "n_layer": 48, "n_head": 25}),
-    "bert-base-uncased": ("bert", "masked", {}),
+    "gpt2": ("gpt2", "causal-lm", {}),
+    "gpt2-medium": ("gpt2", "causal-lm", {"n_embd": 1024, "n_layer": 24, "n_head": 16}),
+    "gpt2-large": ("gpt2", "causal-lm", {"n_embd": 1280, "n_layer": 36, "n_head": 20}),
+    "gpt2-xl": ("gpt2", "causal-lm", {"n_embd": 1600, "n_layer": 48, "n_head": 25}),
+    "bert-base-uncased": ("bert", "masked-lm", {}),
     "bert-large-uncased": (
         "bert",
-        "masked",
+        "masked-lm",
         {
             "hidden_size": 1024,
             "num_hidden_layers": 24,
@@ -159,7 +201,7 @@ HF_PRESETS = {
     ),
     "t5-small": (
         "t5",
-        "seq2seq",
+        "seq2seq-lm",
         {
             "d_model": 512,
             "d_ff": 2048,
@@ -171,7 +213,7 @@ HF_PRESETS = {
     ),
     "t5-base": (
         "t5",
-        "seq2seq",
+        "seq2seq-lm",
         {
             "d_model": 768,
             "d_ff": 3072,
@@ -183,7 +225,7 @@ HF_PRESETS = {
     ),
     "llama-7b": (
         "llama",
-        "causal",
+        "causal-lm",
         {
             "hidden_size": 4096,
             "intermediate_size": 11008,
@@ -195,7 +237,7 @@ HF_PRESETS = {
     ),
     "llama-13b": (
         "llama",
-        "causal",
+        "causal-lm",
         {
             "hidden_size": 5120,
             "intermediate_size": 13824,
@@ -207,7 +249,7 @@ HF_PRESETS = {
     ),
     "llama-70b": (
         "llama",
-        "causal",
+        "causal-lm",
         {
             "hidden_size": 8192,
             "intermediate_size": 28672,
@@ -219,7 +261,7 @@ HF_PRESETS = {
     ),
     "mistral-7b": (
         "mistral",
-        "causal",
+        "causal-lm",
         {
             "hidden_size": 4096,
             "intermediate_size": 14336,
@@ -230,36 +272,171 @@ HF_PRESETS = {
         },
     ),
 }
-# Short keys for explicit sizes, per the config classes' own names.
+# Short keys for the usual sizes: each sets every one of these config
+# attributes that the config class has (their names differ between models).
 _SIZE_KEYS = {
-    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
     "hidden": ("hidden_size", "n_embd", "d_model"),
-    "heads": ("num_attention_heads", "n_head", "num_heads"),
-    "kv_heads": ("num_key_value_heads",),
-    "mlp": ("intermediate_size", "n_inner", "d_ff"),
+    "heads": ("num_attention_heads", "n_head", "n_heads", "num_heads"),
+    "kv_heads": ("num_key_value_heads", "num_kv_heads"),
+    "mlp": ("intermediate_size", "n_inner", "d_ff", "ffn_dim", "ffn_hidden_size"),
     "vocab": ("vocab_size",),
-    "positions": ("max_position_embeddings", "n_positions"),
+    "positions": ("max_position_embeddings", "n_positions", "max_seq_len"),
 }
-_TASKS = {
-    "causal": "AutoModelForCausalLM",
-    "masked": "AutoModelForMaskedLM",
-    "seq2seq": "AutoModelForSeq2SeqLM",
+# `head=` picks the task head: the Auto class that builds it.
+HEADS = {
+    "causal-lm": "AutoModelForCausalLM",
+    "masked-lm": "AutoModelForMaskedLM",
+    "seq2seq-lm": "AutoModelForSeq2SeqLM",
+    "sequence-classification": "AutoModelForSequenceClassification",
+    "token-classification": "AutoModelForTokenClassification",
+    "question-answering": "AutoModelForQuestionAnswering",
+    "base": "AutoModel",
 }
 _SEQ2SEQ_TYPES = {"t5", "bart", "mbart", "pegasus", "marian", "mt5", "longt5"}
 _ENCODER_TYPES = {"bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2"}
+# Bookkeeping entries of every config's dict that describe no model.
+_NOT_KEYS = {"transformers_version", "architectures", "model_type"}
 
 
-def _parse_sizes(text: str) -> dict[str, int]:
-    sizes = {}
+def _parse_options(text: str) -> dict[str, str]:
+    """'layers=2,max_seq_len=8192' -> {'layers': '2', 'max_seq_len': '8192'}."""
+    options = {}
     for item in filter(None, text.split(",")):
         key, sep, value = item.partition("=")
-        if not sep or key not in _SIZE_KEYS or not value.isdigit():
+        if not sep or not key or not value:
             raise DlperfError(
-                f"bad size {item!r} in hf model spec; use key=number with keys "
-                f"{', '.join(_SIZE_KEYS)}"
+                f"bad option {item!r} in hf model spec; use key=value, e.g. hf:gpt2:layers=6"
             )
-        sizes[key] = int(value)
-    return sizes
+        options[key.strip()] = value.strip()
+    return options
+
+
+def _config_keys(config) -> list[str]:
+    """The keys of this config class that a model spec may set."""
+    keys = {k for k in config.to_dict() if not k.startswith("_") and k not in _NOT_KEYS}
+    keys |= set(getattr(config, "attribute_map", {}))
+    keys.add("num_labels")  # a property of every config, sizes classification heads
+    return sorted(keys)
+
+
+def _alias_targets(config, key: str) -> list[str]:
+    return [a for a in _SIZE_KEYS[key] if hasattr(config, a)]
+
+
+def _unknown_key(model_type: str, key: str, config) -> DlperfError:
+    aliases = [k for k in _SIZE_KEYS if _alias_targets(config, k)]
+    valid = [*aliases, "head", *_config_keys(config)]
+    near = difflib.get_close_matches(key, valid, n=5, cutoff=0.5)
+    hint = f"did you mean: {', '.join(near)}? " if near else ""
+    return DlperfError(
+        f"{model_type} configs have no key {key!r}; {hint}valid keys: {', '.join(valid)}"
+    )
+
+
+def _parse_value(model_type: str, key: str, text: str, current):
+    """`text` as the type of the attribute's current value (guessed when it is None)."""
+    what = f"{key} of {model_type} configs"
+    if isinstance(current, bool):  # before int: bool is an int
+        if text.lower() in ("true", "1", "yes"):
+            return True
+        if text.lower() in ("false", "0", "no"):
+            return False
+        raise DlperfError(f"{what} is true or false, not {text!r}")
+    if isinstance(current, int):
+        try:
+            return int(text)
+        except ValueError:
+            raise DlperfError(f"{what} is an integer, not {text!r}") from None
+    if isinstance(current, float):
+        try:
+            return float(text)
+        except ValueError:
+            raise DlperfError(f"{what} is a number, not {text!r}") from None
+    if isinstance(current, str):
+        return text
+    if current is None:
+        return _guess_value(text)
+    raise DlperfError(f"{what} is a {type(current).__name__}, which a model spec cannot set")
+
+
+def _guess_value(text: str):
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    words = {"true": True, "false": False, "none": None, "null": None}
+    return words.get(text.lower(), text)
+
+
+def _configure(config, model_type: str, options: dict[str, str]) -> None:
+    """Set each option on the config: short size keys, then any config key."""
+    valid = set(_config_keys(config))
+    kv_keys = {"kv_heads", *_SIZE_KEYS["kv_heads"]}
+    if "heads" in options and not kv_keys & options.keys() and _alias_targets(config, "kv_heads"):
+        options = {**options, "kv_heads": options["heads"]}  # plain multi-head unless told
+    chosen: set[str] = set()
+    for key, text in options.items():
+        if key in _SIZE_KEYS:
+            targets = _alias_targets(config, key)
+            if not targets:
+                raise _unknown_key(model_type, key, config)
+            if not text.isdigit() or int(text) <= 0:
+                raise DlperfError(f"{key}={text} in hf model spec is not a positive integer")
+            for attr in targets:
+                setattr(config, attr, int(text))
+        elif key in valid:
+            setattr(config, key, _parse_value(model_type, key, text, getattr(config, key, None)))
+            chosen.add(key)
+        else:
+            raise _unknown_key(model_type, key, config)
+    head_dim = {"head_dim", getattr(config, "attribute_map", {}).get("head_dim")}
+    follows = hasattr(config, "head_dim") and getattr(config, "num_attention_heads", 0)
+    if follows and not chosen & head_dim:  # hidden / heads unless set explicitly
+        config.head_dim = config.hidden_size // config.num_attention_heads
+
+
+def _default_head(model_type: str, task: str | None, config, transformers) -> str:
+    if task:
+        return task
+    if model_type in _SEQ2SEQ_TYPES:
+        return "seq2seq-lm"
+    preferred = "masked-lm" if model_type in _ENCODER_TYPES else "causal-lm"
+    for head in (preferred, "causal-lm", "masked-lm", "seq2seq-lm", "base"):
+        if head in _heads_of(config, transformers):
+            return head
+    return preferred
+
+
+def _heads_of(config, transformers) -> list[str]:
+    """The task heads transformers can build for this config class."""
+    return [
+        h for h, auto in HEADS.items() if type(config) in getattr(transformers, auto)._model_mapping
+    ]
+
+
+def _position_limit(config, model: nn.Module) -> int | None:
+    """The longest sequence the model accepts, or None where it has no limit.
+
+    A learned position table (GPT-2's `wpe`, BERT's `position_embeddings`,
+    BART's `embed_positions`) has one row per position, and MPT sizes its
+    ALiBi bias by `max_seq_len`; rotary and relative positions have no table.
+    """
+    size = next(
+        (v for a in _SIZE_KEYS["positions"] if isinstance(v := getattr(config, a, None), int)),
+        None,
+    )
+    if not size or size <= 0:
+        return None
+    tables = (
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Embedding) and re.search(r"pos|wpe", name.rsplit(".", 1)[-1])
+    )
+    if next(tables, None) is not None or hasattr(config, "max_seq_len"):
+        return size
+    return None
 
 
 def _hf(spec: str, batch: int, seq_len: int | None) -> LoadedModel:
@@ -268,18 +445,11 @@ def _hf(spec: str, batch: int, seq_len: int | None) -> LoadedModel:
         from transformers import CONFIG_MAPPING
     except ImportError:
         raise DlperfError("transformers is not installed: pip install transformers") from None
-    name, _, sizes_text = spec.partition(":")
+    name, _, options_text = spec.partition(":")
     if name in HF_PRESETS:
         model_type, task, overrides = HF_PRESETS[name]
     elif name in CONFIG_MAPPING:
-        model_type, overrides = name, {}
-        task = (
-            "seq2seq"
-            if name in _SEQ2SEQ_TYPES
-            else "masked"
-            if name in _ENCODER_TYPES
-            else "causal"
-        )
+        model_type, task, overrides = name, None, {}
     else:
         choices = list(HF_PRESETS) + list(CONFIG_MAPPING.keys())
         raise DlperfError(f"unknown Hugging Face model {name!r}; {_near(name, choices)}")
@@ -287,35 +457,52 @@ def _hf(spec: str, batch: int, seq_len: int | None) -> LoadedModel:
     config = CONFIG_MAPPING[model_type]()
     for key, value in overrides.items():
         setattr(config, key, value)
-    sizes = _parse_sizes(sizes_text)
-    if "heads" in sizes and "kv_heads" not in sizes and hasattr(config, "num_key_value_heads"):
-        sizes["kv_heads"] = sizes["heads"]  # plain multi-head attention unless told
-    for key, value in sizes.items():
-        targets = [a for a in _SIZE_KEYS[key] if hasattr(config, a)]
-        if not targets:
-            raise DlperfError(f"{model_type} configs have no {key} size")
-        for attr in targets:
-            setattr(config, attr, value)
-    if hasattr(config, "head_dim") and getattr(config, "num_attention_heads", 0):
-        config.head_dim = config.hidden_size // config.num_attention_heads
+    options = _parse_options(options_text)
+    head = options.pop("head", None) or _default_head(model_type, task, config, transformers)
+    _configure(config, model_type, options)
+    heads = _heads_of(config, transformers)
+    if head not in heads:
+        known = head in HEADS
+        raise DlperfError(
+            f"{'no' if known else 'unknown'} head {head!r} for {model_type}; "
+            f"choose from: {', '.join(heads)}"
+            + ("" if known or not head.isdigit() else f" (for attention heads: heads={head})")
+        )
     if hasattr(config, "use_cache"):
         config.use_cache = False  # training keeps no key/value cache
-    seq = seq_len or min(DEFAULT_SEQ_LEN, _max_positions(config))
-    auto = getattr(transformers, _TASKS[task])
+    if head == "sequence-classification" and getattr(config, "pad_token_id", 0) is None:
+        config.pad_token_id = 0  # decoders find each sequence's last token by padding
+    auto = getattr(transformers, HEADS[head])
     model = build_without_weights(auto.from_config, config)
-    ids = torch.zeros(batch, seq, dtype=torch.int64, device="meta")
-    inputs = {"input_ids": ids, "labels": ids}
-    if task == "seq2seq":
+    limit = _position_limit(config, model)
+    loaded = LoadedModel(
+        f"hf:{spec}",
+        model,
+        None,
+        "sequence",
+        head=head,
+        encoder_decoder=bool(getattr(config, "is_encoder_decoder", False)),
+        max_positions=limit,
+        build_real=functools.partial(auto.from_config, config),
+    )
+    seq = seq_len or min(DEFAULT_SEQ_LEN, limit or DEFAULT_SEQ_LEN)
+    loaded.inputs = loaded.token_inputs(torch.zeros(batch, seq, dtype=torch.int64, device="meta"))
+    return loaded
+
+
+def _head_inputs(head: str, encoder_decoder: bool, ids: torch.Tensor) -> dict:
+    """The keyword inputs of one training step of `head` on token ids `ids`."""
+    per_sequence = torch.zeros(ids.shape[0], dtype=torch.int64, device=ids.device)
+    inputs = {"input_ids": ids}
+    if head in ("causal-lm", "masked-lm", "seq2seq-lm", "token-classification"):
+        inputs["labels"] = ids  # one label per token
+    elif head == "sequence-classification":
+        inputs["labels"] = per_sequence
+    elif head == "question-answering":
+        inputs["start_positions"] = inputs["end_positions"] = per_sequence
+    if encoder_decoder:  # the decoder reads the same tokens (no shifting needed for shapes)
         inputs["decoder_input_ids"] = ids
-    return LoadedModel(f"hf:{spec}", model, inputs, "sequence")
-
-
-def _max_positions(config) -> int:
-    for attr in ("max_position_embeddings", "n_positions"):
-        value = getattr(config, attr, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return DEFAULT_SEQ_LEN
+    return inputs
 
 
 # -- timm and user files ---------------------------------------------------------
@@ -331,9 +518,9 @@ def _timm(name: str, batch: int, image: int | None) -> LoadedModel:
         raise DlperfError(f"unknown timm model {name!r}; {_near(name, names)}")
     model = build_without_weights(timm.create_model, name, pretrained=False)
     size = image or model.default_cfg.get("input_size", (3, DEFAULT_IMAGE, DEFAULT_IMAGE))[-1]
-    return LoadedModel(
-        f"timm:{name}", model, torch.empty(batch, 3, size, size, device="meta"), "vision"
-    )
+    x = torch.empty(batch, 3, size, size, device="meta")
+    real = functools.partial(timm.create_model, name, pretrained=False)
+    return LoadedModel(f"timm:{name}", model, x, "vision", build_real=real)
 
 
 def _user_file(path: str, factory: str) -> LoadedModel:
@@ -344,19 +531,92 @@ def _user_file(path: str, factory: str) -> LoadedModel:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)  # runs the user's code, by design
-    except Exception as err:
-        raise DlperfError(f"importing {path} failed: {type(err).__name__}: {err}") from None
+    except (Exception, SystemExit) as err:
+        raise DlperfError(
+            f"importing {path} failed: {type(err).__name__}: {first_line(err)}"
+        ) from None
     fn = getattr(module, factory, None)
     if not callable(fn):
         names = [n for n in dir(module) if callable(getattr(module, n)) and not n.startswith("_")]
         raise DlperfError(f"{path} has no function {factory!r}; {_near(factory, names)}")
-    made = fn()
+    label = f"{path}:{factory}()"
+    _check_no_arguments(fn, label)
+    made, inputs = _module_and_inputs(_build_user(fn, label, file), label)
+
+    def real() -> nn.Module:
+        return _module_and_inputs(_build_user(fn, label, file, real=True), label)[0]
+
+    return LoadedModel(f"{path}:{factory}", made, inputs, "user", build_real=real)
+
+
+def _module_and_inputs(made, label: str):
+    """A factory returns a module or (module, inputs)."""
     inputs = None
     if isinstance(made, tuple) and len(made) == 2:
         made, inputs = made
     if not isinstance(made, nn.Module):
-        raise DlperfError(f"{path}:{factory}() returned {type(made).__name__}, not an nn.Module")
-    return LoadedModel(f"{path}:{factory}", made, inputs, "user")
+        raise DlperfError(f"{label} returned {type(made).__name__}, not an nn.Module")
+    return made, inputs
+
+
+def _check_no_arguments(fn, label: str) -> None:
+    """dlperf calls the factory with no arguments: say so before it fails."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return  # no signature to read (some builtins): let the call tell
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    needed = [p.name for p in parameters if p.default is p.empty and p.kind not in variadic]
+    if needed:
+        raise DlperfError(
+            f"{label} needs arguments ({', '.join(needed)}) but dlperf calls it with none; "
+            "give them defaults or add a factory without arguments"
+        )
+
+
+def _build_user(fn, label: str, file: Path, real: bool = False):
+    """The user's factory built without weights, as named models are: on the
+    meta device, else with parameters sent there as they are registered (for
+    constructors that compute with tensors), else as written (for factories
+    that move the model to a device themselves). `real`: as written only."""
+    ways = (lambda: torch.device("meta"), _ParametersOnMeta, contextlib.nullcontext)
+    ways = ways[-1:] if real else ways
+    for attempt, way in enumerate(ways, 1):
+        try:
+            with way():
+                return fn()
+        except (Exception, SystemExit) as err:
+            if raised_by_dlperf(err):
+                raise InternalError.of(err) from err
+            if _out_of_memory(err):
+                raise DlperfError(
+                    f"{label} ran out of memory: {first_line(err, 200)}; dlperf needs no weights "
+                    "or data: create tensors without a device (dlperf builds on the meta device)"
+                ) from None
+            if attempt == len(ways) or not isinstance(err, (NotImplementedError, RuntimeError)):
+                raise DlperfError(
+                    f"{label} failed{_where_in(err, file)}: {type(err).__name__}: {first_line(err)}"
+                ) from None
+    raise AssertionError("unreachable: the last way returns or raises")
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    text = str(err).lower()
+    return isinstance(err, MemoryError) or (
+        isinstance(err, RuntimeError)
+        and any(s in text for s in ("not enough memory", "allocate memory", "out of memory"))
+    )
+
+
+def _where_in(err: BaseException, file: Path) -> str:
+    """' at model.py line 12': the innermost line of the user's file in the traceback."""
+    line = None
+    tb = err.__traceback__
+    while tb is not None:
+        if Path(tb.tb_frame.f_code.co_filename).resolve() == file.resolve():
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f" at {file.name} line {line}" if line else ""
 
 
 def _near(word: str, choices) -> str:
@@ -382,9 +642,13 @@ def load_model(
             return builders[kind]()
         except DlperfError:
             raise
-        except Exception as err:  # a library refused the configuration
-            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-            raise DlperfError(f"building {name} failed: {type(err).__name__}: {first}") from None
+        except Exception as err:
+            if raised_by_dlperf(err):
+                raise InternalError.of(err) from err
+            # a library refused the configuration
+            raise DlperfError(
+                f"building {name} failed: {type(err).__name__}: {first_line(err, 200)}"
+            ) from None
     raise DlperfError(
         f"cannot read model name {name!r}; use torchvision:NAME, hf:NAME, timm:NAME or "
         "path/to/file.py:factory"

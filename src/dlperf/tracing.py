@@ -19,6 +19,7 @@ one event per layer call and phase, whatever fused op the backend runs
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.func import functional_call
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .errors import DlperfError
+from .errors import DlperfError, InternalError, first_line, raised_by_dlperf
 from .precision import Precision
 from .precision import precision as get_precision
 
@@ -188,6 +189,7 @@ class _Recorder(TorchDispatchMode):
         self.weight_copies: set = set()
         self.masks: dict = {}  # storage key -> elements, for dropout masks
         self.saved: dict = {}  # storage key -> SavedTensor
+        self.failure: Exception | None = None  # the first error while recording
 
     def pack(self, t: torch.Tensor):
         """saved_tensors_hooks pack: note each distinct storage autograd keeps."""
@@ -214,13 +216,23 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        out = func(*args, **kwargs)  # the model's own errors propagate from here
+        try:
+            self.record(func, args, kwargs, out)
+        except Exception as err:
+            # torch calls some ops from C++ that cannot pass an exception on (the
+            # process aborts): keep the first failure and raise it after the run
+            self.failure = self.failure or err
+        return out
+
+    def record(self, func, args, kwargs, out) -> None:
+        """Note one aten call as an OpEvent (or count it, if it moves no data)."""
         name = _NAMES.get(func)
         if name is None:
             name = _NAMES[func] = str(func)
         if name in _FREE:
             self.free_ops += 1
-            return out
+            return
         if name == "aten._to_copy.default" and args and id(args[0]) in self.param_ids:
             self.weight_copies.add(_storage_key(out))
         elif name == "aten.native_dropout.default" and isinstance(out, tuple):
@@ -231,7 +243,7 @@ class _Recorder(TorchDispatchMode):
         path = self.module_path()
         if self.in_rnn(path):
             self.suppressed[name] += 1
-            return out
+            return
         self.events.append(
             OpEvent(
                 op=name,
@@ -245,7 +257,6 @@ class _Recorder(TorchDispatchMode):
         )
         if self.progress and len(self.events) % 500 == 0:
             self.progress(len(self.events))
-        return out
 
 
 _NAMES: dict = {}
@@ -514,7 +525,7 @@ def trace(
     )
     try:
         model.train(training)
-        with fake_mode, recorder:
+        with fake_mode, recorder, _quiet_torch_logs():
             saving = torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t)
             with autocast, torch.set_grad_enabled(training), saving:
                 out = functional_call(model, params, args, kwargs)
@@ -524,16 +535,20 @@ def trace(
                 loss.backward()
                 for module, path, x in rnn_calls:
                     recorder.events.append(_rnn_event(module, path, x, "backward"))
+        if recorder.failure:
+            raise recorder.failure
     except DlperfError:
         raise
-    except Exception as err:  # the user's model failed under fake tensors
-        where = recorder.module_path() or type(model).__name__
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
-        raise DlperfError(
-            f"tracing failed in {where or 'the model'}: {type(err).__name__}: {first} "
-            "(dlperf runs the model on fake tensors: code that reads tensor values, "
-            "such as .item() or data-dependent shapes, cannot be traced)"
-        ) from None
+    except Exception as err:
+        err = recorder.failure or err  # a recording failure explains what followed
+        if raised_by_dlperf(err):
+            raise InternalError.of(err) from err
+        path = recorder.module_path()
+        if path and path in module_types:
+            where = f"{path} ({module_types[path]})"
+        else:
+            where = path or type(model).__name__
+        raise _model_error(err, where) from None
     finally:
         for h in handles:
             h.remove()
@@ -553,6 +568,57 @@ def trace(
         module_inputs=module_inputs,
         blocks=repeated_blocks(model),
     )
+
+
+# Loggers that print a traceback of their own before re-raising an error that
+# the user's model caused: dlperf reports that error in one line instead.
+_NOISY_LOGGERS = ("torch._subclasses.fake_tensor",)
+
+
+@contextlib.contextmanager
+def _quiet_torch_logs():
+    """Drop the records of `_NOISY_LOGGERS` while tracing (restored after)."""
+    loggers = [logging.getLogger(name) for name in _NOISY_LOGGERS]
+    before = [log.disabled for log in loggers]
+    for log in loggers:
+        log.disabled = True
+    try:
+        yield
+    finally:
+        for log, was in zip(loggers, before, strict=True):
+            log.disabled = was
+
+
+def _data_dependent(err: BaseException) -> bool:
+    """Whether `err` (or an error it wraps) comes from code that reads tensor values."""
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+    )
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    kinds = (DataDependentOutputException, DynamicOutputShapeException, GuardOnDataDependentSymNode)
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        text = str(err).lower()
+        if isinstance(err, kinds) or "data-dependent" in text or "data dependent" in text:
+            return True
+        if ".item()" in text or "_local_scalar_dense" in text:
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _model_error(err: Exception, where: str) -> DlperfError:
+    """The one-line error for a failure of the user's model under fake tensors."""
+    hint = (
+        " (dlperf runs the model on fake tensors: code that reads tensor values, "
+        "such as .item() or data-dependent shapes, cannot be traced)"
+        if _data_dependent(err)
+        else ""
+    )
+    return DlperfError(f"tracing failed in {where}: {type(err).__name__}: {first_line(err)}{hint}")
 
 
 def repeated_blocks(model: nn.Module) -> list[str]:
