@@ -1,14 +1,47 @@
 """`dlperf measure` and `dlperf calibrate` on the CPU."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
 import dlperf
 from dlperf.cli import main
-from dlperf.hardware import load_spec_file
+from dlperf.errors import DlperfError
+from dlperf.hardware import cpu, load_spec_file
 from dlperf.measurement.calibrate import fit_saturation, to_toml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def cached_cpu(monkeypatch, tmp_path):
+    """A CPU probe already in the cache (made-up figures), so that no test waits for one."""
+    monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path))
+    doc = {
+        "id": "cpu",
+        "name": "test cpu",
+        "kind": "cpu",
+        "architecture": "cpu",
+        "sm_count": 2,
+        "boost_clock_mhz": 1000.0,
+        "memory_bytes": 2**34,
+        "memory_bandwidth_bytes_per_s": 2e10,
+        "l2_cache_bytes": 2**20,
+        "sources": ["test"],
+        "math": {
+            "fp32": {"peak_flops_per_s": 1e11, "macs_per_clock_per_sm": 25.0, "tensor_cores": False}
+        },
+        "efficiency": {"kernel_latency_s": 2e-6, "eager_call_overhead_s": 1e-5},
+    }
+    path = cpu.cache_dir() / f"cpu-{cpu._machine_key()}.json"
+    path.write_text(json.dumps(doc))
+    return tmp_path
 
 
 def small_cnn():
@@ -21,8 +54,7 @@ def small_cnn():
     )
 
 
-def test_measure_matches_every_contraction_op_of_a_small_cnn(monkeypatch, tmp_path):
-    monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path))
+def test_measure_matches_every_contraction_op_of_a_small_cnn(cached_cpu):
     x = torch.empty(4, 3, 16, 16, device="meta")
     report = dlperf.measure(small_cnn(), x, device="cpu", training=True, steps=2)
     contractions = [o for o in report.ops if o["category"] == "contraction"]
@@ -46,6 +78,7 @@ def test_saturation_fit_recovers_a_known_plateau():
 
 def test_calibrated_spec_round_trips(tmp_path, monkeypatch):
     monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu, "PROBE_BUDGET_S", 0.5)  # a small budget: seconds, not minutes
     out = tmp_path / "my-cpu.toml"
     assert main(["calibrate", "--device", "cpu", "--out", str(out), "--json"]) == 0
     spec = load_spec_file(out)
@@ -57,3 +90,53 @@ def test_calibrated_spec_round_trips(tmp_path, monkeypatch):
     assert load_spec_file(again).to_dict() | {"path": ""} == spec.to_dict() | {"path": ""}
     result = dlperf.gemm(256, 256, 256, dtype="fp32", gpu=str(out))
     assert result.time_s > 0
+
+
+def test_measure_leaves_the_callers_model_and_inputs_unchanged(cached_cpu):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+    model = model.to(memory_format=torch.channels_last).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(2, 3, 8, 8)
+    x_before = x.clone()
+    # a training step with AdamW and batch-norm statistics, on what the caller passed
+    dlperf.measure(model, x, device="cpu", training=True, steps=1)
+    after = model.state_dict()
+    assert after.keys() == before.keys()
+    for key, value in before.items():
+        assert torch.equal(after[key], value), key
+    assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert model.training is False
+    assert torch.equal(x, x_before)
+
+
+def test_measure_leaves_a_meta_model_on_meta(cached_cpu):
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+    dlperf.measure(model, torch.empty(2, 16, device="meta"), device="cpu", steps=1)
+    assert all(p.is_meta for p in model.parameters())
+
+
+def test_measure_refuses_a_gpu_it_cannot_run_on(cached_cpu):
+    x = torch.empty(4, 3, 16, 16, device="meta")
+    with pytest.raises(DlperfError, match="dlperf analyze --gpu"):
+        dlperf.measure(small_cnn(), x, device="cpu", gpu="h100")
+
+
+def test_measure_json_keeps_stdout_and_stderr_clean(cached_cpu):
+    """The CUDA build of torch logs profiler lines and `gpuGetDeviceCount failed`
+    on a machine without a GPU; none of it may reach the user's terminal."""
+    env = dict(os.environ, DLPERF_CACHE_DIR=str(cached_cpu))
+    argv = ["measure", "examples/tiny_cnn.py:model", "--input", "2x3x16x16", "--steps", "1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "dlperf", *argv, "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    doc = json.loads(done.stdout)  # one JSON document and nothing else
+    assert doc["device"] == "cpu" and doc["measured_time_s"] > 0

@@ -151,6 +151,33 @@ def price_cost(cost: Cost, spec: HardwareSpec, dtype: str = "fp32", timer=None):
     return time_cost(cost, spec, timer, dtype)
 
 
+def _cpu_eager_s(cost: Cost, spec: HardwareSpec, timer: _GemmTimer) -> float:
+    """What eager PyTorch adds to an op on a CPU, where nothing overlaps the host:
+    the per-call host cost, and convolutions' short dot products (0 elsewhere)."""
+    if spec.kind != "cpu":
+        return 0.0
+    eff = spec.efficiency
+    extra = eff.eager_call_overhead_s * max(1, cost.kernels)
+    if cost.family == "conv" and eff.conv_reduction_knee > 0:
+        for g in cost.gemms:
+            r = timer(g)
+            reduction = g.n if g.role == "wgrad" else g.k  # C*R*S (K*R*S for dgrad)
+            math_s, memory_s = r["math_time_s"], r["memory_time_s"]
+            slow = math_s * (reduction + eff.conv_reduction_knee) / reduction
+            extra += (max(slow, memory_s) - max(math_s, memory_s)) * g.count
+    return extra
+
+
+def _cpu_cached_memory_s(moved: float, memory_s: float, spec: HardwareSpec) -> float:
+    """Memory time of a CPU kernel whose bytes are partly in the last-level cache:
+    a share 1 - bytes/cache of them (what its producers just wrote) streams faster."""
+    speedup = spec.efficiency.llc_streaming_speedup
+    if spec.kind != "cpu" or speedup <= 1 or not spec.l2_cache_bytes:
+        return memory_s
+    cached = max(0.0, 1.0 - moved / spec.l2_cache_bytes)
+    return memory_s * (1.0 - cached + cached / speedup)
+
+
 def time_cost(cost: Cost, spec: HardwareSpec, timer: _GemmTimer, dtype: str = "fp32"):
     """(seconds, bound, gemm rows) of one costed op on `spec`.
 
@@ -163,18 +190,20 @@ def time_cost(cost: Cost, spec: HardwareSpec, timer: _GemmTimer, dtype: str = "f
             return 0.0, "latency", []
         math_s, memory_s, latency_s = streaming_terms(cost.bytes, spec, cost.flops, dtype)
         latency_s = float(latency_s) * cost.kernels
-        t = latency_s + float(max(math_s, memory_s))
+        memory_s = _cpu_cached_memory_s(cost.bytes, float(memory_s), spec)
+        t = latency_s + float(max(math_s, memory_s)) + _cpu_eager_s(cost, spec, timer)
         return t, limiter(float(math_s), float(memory_s), latency_s), []
     rows, math_t, mem_t, lat_t, total = [], 0.0, 0.0, 0.0, 0.0
     starved = True
     bandwidth = spec.memory_bandwidth_bytes_per_s * eff.dram_efficiency
     for g in cost.gemms:
         r = timer(g)
-        one = r["time_s"] * g.count
+        launches = g.launches or g.count  # a persistent kernel runs its GEMMs in one launch
+        one = r["time_s"] * g.count - r["latency_s"] * (g.count - launches)
         total += one
         math_t += r["math_time_s"] * g.count
         mem_t += r["memory_time_s"] * g.count
-        lat_t += r["latency_s"] * g.count
+        lat_t += r["latency_s"] * launches
         starved = starved and is_starved(r["tiles"], spec)
         tile = f"{r['tile_m']}x{r['tile_n']}" if r["tile_m"] > 0 else "none"
         align_dtype = g.dtype if spec.has_dtype(g.dtype) else _fallback_dtype(spec, g.dtype)
@@ -201,6 +230,7 @@ def time_cost(cost: Cost, spec: HardwareSpec, timer: _GemmTimer, dtype: str = "f
     if extra > 0:
         total += extra / bandwidth
         mem_t += extra / bandwidth
+    total += _cpu_eager_s(cost, spec, timer)
     return total, limiter(math_t, mem_t, lat_t, starved=starved), rows
 
 

@@ -1,22 +1,27 @@
 """The CPU as a device: probe it once, cache the result, build a spec.
 
 The probe measures what this machine achieves (matmul FLOP/s per dtype, a
-streaming copy's bandwidth, the cost of one tiny call); the spec's efficiency
-constants are therefore 1. The result is cached as JSON in the user's cache
-directory (DLPERF_CACHE_DIR overrides it), keyed by the machine and torch.
+streaming add's bandwidth, the cost of one tiny call, the host's cost per op
+of an eager training step, how convolutions fall short of the matmul rate);
+the spec's rate efficiencies are therefore 1. It keeps to a time budget
+(PROBE_BUDGET_S, seconds) and says what it measures on stderr. The result is
+cached as JSON in the user's cache directory (DLPERF_CACHE_DIR overrides it),
+keyed by the machine and torch.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
+import sys
 from pathlib import Path
 
 from ..errors import DlperfError
 from .spec import HardwareSpec, spec_from_dict
 
-PROBE_VERSION = 2
+PROBE_VERSION = 3
 
 
 def cache_dir() -> Path:
@@ -38,14 +43,19 @@ def _machine_key() -> str:
     return "-".join(p.replace(" ", "_").replace("/", "_") for p in parts)
 
 
-def _l2_bytes() -> int:
-    path = Path("/sys/devices/system/cpu/cpu0/cache/index2/size")
-    try:
-        text = path.read_text().strip().upper()
-        scale = {"K": 2**10, "M": 2**20}.get(text[-1], 1)
-        return int(text.rstrip("KM")) * scale
-    except (OSError, ValueError):
-        return 2**20
+def _last_level_cache_bytes() -> int:
+    """Size of the CPU's last-level cache (L3, else L2), from sysfs; 1 MiB if unknown."""
+    best_level, size = 0, 2**20
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            text = (index / "size").read_text().strip().upper()
+            scale = {"K": 2**10, "M": 2**20}.get(text[-1], 1)
+            if level > best_level:
+                best_level, size = level, int(text.rstrip("KM")) * scale
+        except (OSError, ValueError, IndexError):
+            continue
+    return size
 
 
 def _memory_bytes() -> int:
@@ -55,35 +65,111 @@ def _memory_bytes() -> int:
         return 8 * 2**30
 
 
-def probe_cpu() -> dict:
-    """Measure this machine and return a spec document (plain data)."""
+# Wall-clock seconds the whole probe may take, shared among its parts below.
+PROBE_BUDGET_S = 20.0
+_SHARES = {
+    "fp32": 0.25,
+    "fp64": 0.1,
+    "bf16": 0.1,
+    "stream": 0.1,
+    "latency": 0.05,
+    "eager": 0.15,
+    "conv": 0.25,
+}
+
+
+def _to_stderr(line: str) -> None:
+    # looked up at call time, so a rich status on stderr prints it above its spinner
+    sys.stderr.write(f"dlperf: {line}\n")
+    sys.stderr.flush()
+
+
+def _cpu_name() -> str:
+    import torch
+
+    try:
+        name = torch.cpu.get_capabilities().get("cpu_name", "")
+    except (AttributeError, RuntimeError):
+        name = ""
+    return str(name).strip() or platform.processor() or platform.machine()
+
+
+def conv_reduction_knee(points: list[tuple[float, float]], peak_flops_per_s: float) -> float:
+    """The knee c0 with which rate = peak * c / (c + c0) best fits (reduction c, rate) points.
+
+    Least squares in log rate over a grid of powers of two (0 for none).
+    """
+    best, best_err = 0.0, float("inf")
+    for knee in [0.0] + [2.0**e for e in range(0, 13)]:
+        err = sum(math.log(peak_flops_per_s * c / (c + knee) / rate) ** 2 for c, rate in points)
+        if err < best_err:
+            best, best_err = knee, err
+    return best
+
+
+def probe_cpu(budget_s: float | None = None, progress=None) -> dict:
+    """Measure this machine and return a spec document (plain data).
+
+    Takes about `budget_s` seconds (PROBE_BUDGET_S by default); `progress`
+    gets one line per measured figure (stderr by default).
+    """
     import torch
 
     from ..measurement import probe
 
+    budget = PROBE_BUDGET_S if budget_s is None else budget_s
+    say = progress or _to_stderr
     threads = torch.get_num_threads()
     clock_mhz = 1000.0  # nominal: only the product SMs x clock x MACs matters here
-    math = {}
+    say(f"measuring this CPU once ({threads} threads, about {budget:.0f} s; the result is cached)")
+    units = {}
     for dtype in ("fp32", "fp64", "bf16"):
-        rate = probe.matmul_flops_per_s(dtype)
-        math[dtype] = {
+        sizes = probe.MATMUL_SIZES
+        if dtype == "bf16" and not probe.native_bf16():
+            sizes = (probe.EMULATED_BF16_SIZE,)
+        rate = probe.matmul_flops_per_s(dtype, budget_s=budget * _SHARES[dtype], sizes=sizes)
+        say(f"  {dtype} matmul: {rate / 1e9:.1f} GFLOP/s")
+        units[dtype] = {
             "peak_flops_per_s": rate,
             "macs_per_clock_per_sm": rate / (2 * threads * clock_mhz * 1e6),
             "tensor_cores": False,
         }
+    llc = _last_level_cache_bytes()
+    share = budget * _SHARES["stream"] / 2
+    big = min(max(64 * 2**20, 2 * llc), _memory_bytes() // 16)  # well past the cache
+    bandwidth = probe.stream_bandwidth_bytes_per_s(big, budget_s=share)
+    # three buffers filling a quarter of the cache: in it, whatever the eviction policy
+    cached = probe.stream_bandwidth_bytes_per_s(llc // 12, budget_s=share)
+    speedup = max(1.0, cached / bandwidth)
+    say(f"  streaming add: {bandwidth / 1e9:.1f} GB/s, {cached / 1e9:.1f} GB/s in cache")
+    latency = probe.call_latency_s(budget_s=budget * _SHARES["latency"])
+    per_op = probe.eager_step_s_per_op(budget_s=budget * _SHARES["eager"])
+    # a recorded op pays its kernel's latency in the model already; the rest is the host's
+    eager = max(0.0, per_op - latency)
+    say(f"  one call: {latency * 1e6:.1f} us; eager training step: {eager * 1e6:.1f} us per op")
+    points = probe.conv_flops_per_s(budget_s=budget * _SHARES["conv"])
+    knee = conv_reduction_knee(points, units["fp32"]["peak_flops_per_s"])
+    say(f"  convolutions: {', '.join(f'{r / 1e9:.1f}' for _, r in points)} GFLOP/s")
     return {
         "id": "cpu",
-        "name": f"{platform.processor() or platform.machine()} ({threads} threads, probed)",
+        "name": f"{_cpu_name()} ({threads} threads, probed)",
         "kind": "cpu",
         "architecture": "cpu",
         "sm_count": threads,
         "boost_clock_mhz": clock_mhz,
         "memory_bytes": _memory_bytes(),
-        "memory_bandwidth_bytes_per_s": probe.copy_bandwidth_bytes_per_s(),
-        "l2_cache_bytes": _l2_bytes(),
+        "memory_bandwidth_bytes_per_s": bandwidth,
+        "l2_cache_bytes": llc,  # a CPU's last-level cache
         "sources": [f"probed by dlperf on this machine (torch {torch.__version__})"],
-        "math": math,
-        "efficiency": {"kernel_latency_s": probe.call_latency_s()},
+        "math": units,
+        "efficiency": {
+            # measured rates: nothing to discount
+            "streaming_dram_efficiency": 1.0,
+            "kernel_latency_s": latency,
+            "eager_call_overhead_s": eager,
+            "conv_reduction_knee": knee,
+            "llc_streaming_speedup": speedup,
+        },
     }
 
 
@@ -103,4 +189,5 @@ def cpu_spec(refresh: bool = False) -> HardwareSpec:
             path.write_text(json.dumps(doc, indent=2))
         except OSError as err:
             raise DlperfError(f"cannot write the CPU probe cache {path}: {err}") from None
+        _to_stderr(f"  cached in {path} (delete it to measure again, on an idle machine)")
     return spec_from_dict(doc, where=str(path))

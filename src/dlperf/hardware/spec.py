@@ -84,6 +84,13 @@ class Efficiency:
     # Host-side cost of one eager framework call (dispatch + launch), added to a
     # kernel's time only where a measurement includes it.
     eager_call_overhead_s: float
+    # CPU convolutions (oneDNN) run at c / (c + knee) of the matmul rate, c being the
+    # GEMM's channel reduction C*R*S: short dot products vectorize badly. 0: no loss.
+    conv_reduction_knee: float
+    # How many times faster than DRAM a memory-bound kernel streams bytes found in
+    # the last-level cache (`l2_cache_bytes`); a CPU kernel of b bytes finds a share
+    # 1 - b/cache of them there (data its producers just wrote). 1: no gain.
+    llc_streaming_speedup: float
 
     @classmethod
     def defaults(cls) -> Efficiency:
@@ -235,6 +242,8 @@ def _bad(where: str, key: str, why: str) -> DlperfError:
 def _number(where: str, key: str, value, kind: type, allow_zero: bool = False):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _bad(where, key, f"must be a number (got {value!r})")
+    if isinstance(value, float) and not math.isfinite(value):  # int(inf) would overflow
+        raise _bad(where, key, f"must be a finite number (got {value!r})")
     if kind is int:
         if float(value) != int(value):
             raise _bad(where, key, f"must be a whole number (got {value!r})")

@@ -1,8 +1,9 @@
 """`dlperf calibrate`: measure the device at hand and write a spec file.
 
 A fixed micro-benchmark suite: square matmuls per dtype (peak math rate), a
-streaming copy (bandwidth), element-wise adds over sizes (the small-tensor
-plateau), and an almost empty call (launch latency). The spec it writes loads
+streaming add (bandwidth), element-wise adds over sizes (the small-tensor
+plateau), and an almost empty call (launch latency); on a CPU also the host's
+cost per op of an eager training step and convolutions' efficiency. The spec it writes loads
 with `--gpu my-device.toml` like any other. The CPU probe behind `--gpu cpu`
 runs the same probes.
 """
@@ -67,7 +68,7 @@ def calibrate_device(device: str = "cpu") -> dict:
         points, eff["kernel_latency_s"], doc["memory_bandwidth_bytes_per_s"], doc["sm_count"]
     )
     doc["sources"] = doc.get("sources", []) + [
-        "dlperf calibrate: matmul, copy, element-wise sweep and call-latency probes"
+        "dlperf calibrate: matmul, streaming add, element-wise sweep and call-latency probes"
     ]
     return doc
 
@@ -90,7 +91,7 @@ def _probe_cuda() -> dict:  # pragma: no cover - needs a GPU
         "sm_count": props.multi_processor_count,
         "boost_clock_mhz": 1000.0,
         "memory_bytes": props.total_memory,
-        "memory_bandwidth_bytes_per_s": probe.copy_bandwidth_bytes_per_s(1024, "cuda"),
+        "memory_bandwidth_bytes_per_s": probe.stream_bandwidth_bytes_per_s(2**30, "cuda"),
         "l2_cache_bytes": getattr(props, "L2_cache_size", 40 * 2**20),
         "math": math_units,
         "efficiency": {

@@ -1,35 +1,176 @@
-"""Probes of the local device's achievable rates, used to build its spec."""
+"""Probes of the local device's achievable rates, used to build its spec.
+
+Every probe keeps to a time budget (seconds of wall time), so that the first
+use of a CPU as a device takes seconds, not minutes: matmul sizes grow only
+while one more size fits in what is left of the budget. Each keeps its
+fastest sample: on a shared machine the slower ones are the disturbed ones
+(two OpenMP threads with another process on their cores run tiny ops 100
+times slower).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import time
+from pathlib import Path
+
 import torch
+from torch import nn
 
 from .timing import time_callable
 
-_TORCH_DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16}
+_TORCH_DTYPES = {
+    "fp64": torch.float64,
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+}
+MATMUL_SIZES = (256, 512, 1024, 2048)
+# Without bf16 units a CPU converts every element: slow at any size, so one small size says it.
+EMULATED_BF16_SIZE = 256
 
 
-def matmul_flops_per_s(dtype: str = "fp32", size: int | None = None, device: str = "cpu") -> float:
+def native_bf16() -> bool:
+    """Whether this CPU has bf16 arithmetic (AVX512-BF16, AMX, Arm BF16)."""
+    caps = {}
+    with contextlib.suppress(AttributeError, RuntimeError):  # older torch: read cpuinfo
+        caps = torch.cpu.get_capabilities()
+    if caps.get("avx512_bf16") or caps.get("amx_bf16"):
+        return True
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    flags = set(text.split())
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def _sync(device: str):
+    return torch.cuda.synchronize if device == "cuda" else None
+
+
+def matmul_flops_per_s(
+    dtype: str = "fp32",
+    size: int | None = None,
+    device: str = "cpu",
+    budget_s: float = 4.0,
+    sizes: tuple[int, ...] = MATMUL_SIZES,
+) -> float:
     """Best achieved FLOP/s of square matmuls (2 n^3 FLOPs per call), over sizes."""
-    if size is None:
-        return max(matmul_flops_per_s(dtype, n, device) for n in (512, 1024, 2048))
-    a = torch.randn(size, size, device=device).to(_TORCH_DTYPES[dtype])
-    b = torch.randn(size, size, device=device).to(_TORCH_DTYPES[dtype])
-    m = time_callable(lambda: torch.mm(a, b), warmup=2, repeats=5, min_sample_s=0.1)
-    return 2.0 * size**3 / m.min_s
+    if size is not None:
+        sizes = (size,)
+    sync = _sync(device)
+    deadline = time.perf_counter() + budget_s
+    best = 0.0
+    for n in sizes:
+        a = torch.randn(n, n, device=device).to(_TORCH_DTYPES[dtype])
+        b = torch.randn(n, n, device=device).to(_TORCH_DTYPES[dtype])
+        start = time.perf_counter()
+        torch.mm(a, b)
+        if sync:
+            sync()
+        once = time.perf_counter() - start
+        left = deadline - time.perf_counter()
+        # the first call of a size is the slowest: 3 more must fit in what is left
+        if best and 3 * once > left:
+            break
+        m = time_callable(
+            lambda a=a, b=b: torch.mm(a, b),
+            warmup=1,
+            repeats=5,
+            min_sample_s=min(0.05, max(left, 0.0) / 10),
+            synchronize=sync,
+            budget_s=max(left, 0.0),
+        )
+        best = max(best, 2.0 * n**3 / m.min_s)
+    return best
 
 
-def copy_bandwidth_bytes_per_s(megabytes: int = 256, device: str = "cpu") -> float:
-    """Streaming copy rate: each call reads and writes the buffer once."""
-    count = megabytes * 2**20 // 4
-    src = torch.ones(count, dtype=torch.float32, device=device)
-    dst = torch.empty_like(src)
-    m = time_callable(lambda: dst.copy_(src), warmup=2, repeats=5)
-    return 2.0 * src.numel() * 4 / m.median_s
+def stream_bandwidth_bytes_per_s(
+    tensor_bytes: int = 64 * 2**20, device: str = "cpu", budget_s: float = 1.0
+) -> float:
+    """Streaming rate of the commonest memory-bound op, an element-wise add:
+    each call reads two buffers and writes a third (bytes counted as a kernel
+    model counts them: each tensor once). Buffers much larger than the caches
+    give the DRAM rate; buffers that fit in the last-level cache, its rate."""
+    count = max(1, tensor_bytes // 4)
+    x = torch.ones(count, dtype=torch.float32, device=device)
+    y = torch.ones_like(x)
+    out = torch.empty_like(x)
+    m = time_callable(
+        lambda: torch.add(x, y, out=out),
+        warmup=2,
+        repeats=5,
+        min_sample_s=min(0.01, budget_s / 10),
+        synchronize=_sync(device),
+        budget_s=budget_s,
+    )
+    return 3.0 * count * 4 / m.min_s
 
 
-def call_latency_s(device: str = "cpu") -> float:
+def call_latency_s(device: str = "cpu", budget_s: float = 0.5) -> float:
     """Time of one framework call that does almost nothing."""
     x = torch.ones(1, device=device)
-    m = time_callable(lambda: torch.add(x, x), warmup=10, repeats=9, min_sample_s=0.02)
-    return m.median_s
+    m = time_callable(
+        lambda: torch.add(x, x),
+        warmup=10,
+        repeats=9,
+        min_sample_s=min(0.02, budget_s / 12),
+        budget_s=budget_s,
+    )
+    return m.min_s
+
+
+def _tiny_network() -> nn.Module:
+    """Layers of the usual kinds at sizes where every kernel is negligible."""
+    layers: list[nn.Module] = []
+    for _ in range(4):
+        layers += [nn.Linear(16, 16), nn.LayerNorm(16), nn.GELU(), nn.Dropout(0.1)]
+    return nn.Sequential(*layers, nn.Linear(16, 4))
+
+
+def eager_step_s_per_op(budget_s: float = 2.0) -> float:
+    """Seconds per recorded op of an eager training step whose kernels do nothing.
+
+    A training step (forward, loss, backward) of a network of tiny layers is
+    timed for real and divided by the number of ops dlperf records for the
+    same step: the host's cost per op (Python, dispatch, autograd) that every
+    op of an eager step pays on a CPU, where nothing overlaps with it.
+    """
+    from ..precision import precision
+    from ..tracing import _loss_of, trace
+
+    model = _tiny_network()
+    x = torch.randn(4, 16)
+    recorded = trace(model, x, training=True, precision=precision("fp32"))
+    ops = sum(1 for e in recorded.events if not e.op.startswith("aten.detach"))
+
+    def step():
+        loss = _loss_of(model(x))
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    m = time_callable(step, warmup=3, repeats=15, budget_s=budget_s)
+    return m.min_s / max(ops, 1)
+
+
+def conv_flops_per_s(budget_s: float = 3.0) -> list[tuple[float, float]]:
+    """(GEMM reduction size C*R*S, FLOP/s) of convolutions forward and backward.
+
+    One with few input channels (a network's first layer), one of the common
+    3x3 kind: the rate of a convolution depends mostly on the length of its
+    dot products.
+    """
+    points = []
+    cases = ((4, 3, 64, 32), (4, 32, 32, 64))  # batch, in channels, image size, out channels
+    for batch, cin, hw, cout in cases:
+        x = torch.randn(batch, cin, hw, hw, requires_grad=True)
+        conv = nn.Conv2d(cin, cout, 3, padding=1)
+        flops = 3 * 2.0 * batch * cout * hw * hw * cin * 9  # forward, grad input, grad weight
+
+        def step(x=x, conv=conv):
+            conv(x).sum().backward()
+
+        m = time_callable(step, warmup=1, repeats=5, budget_s=budget_s / len(cases))
+        points.append((float(cin * 9), flops / m.min_s))
+    return points

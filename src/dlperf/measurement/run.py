@@ -1,15 +1,19 @@
 """`dlperf measure`: run the model for real on the device at hand and put the
 measured time of each op beside its prediction.
 
-The model runs with real (randomly initialised) weights and random inputs of
-the given shapes: warm-up steps first, then profiled steps (torch.profiler,
-shapes recorded) for the per-op times, then unprofiled steps for the step
-time (median and spread). Measured ops are matched to predicted rows by op
+A copy of the model runs (the caller's model and inputs are never changed),
+with real weights (random, as at init, for a meta model) and random inputs of
+the given shapes, training with fused AdamW: warm-up steps first, then
+profiled steps (torch.profiler, shapes recorded) for the per-op times, then
+unprofiled steps for the step time (median and spread). Measured ops are
+matched to predicted rows by op
 name and input shapes, in order.
 """
 
 from __future__ import annotations
 
+import copy
+import os
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -45,7 +49,17 @@ class MeasureReport:
 
 
 def materialize(model: nn.Module, device: str) -> nn.Module:
-    """Real weights for a model built on the meta device (random, as at init)."""
+    """A copy of `model` on `device` to run for real; the caller's model is never touched.
+
+    A model built on the meta device gets random weights, as at init.
+    """
+    try:
+        model = copy.deepcopy(model)
+    except (TypeError, RuntimeError, copy.Error) as err:
+        raise DlperfError(
+            f"cannot copy {type(model).__name__} to measure it ({err}); dlperf measures a copy "
+            "so as never to change your model: pass its name or a factory instead"
+        ) from None
     if any(p.is_meta for p in model.parameters()) or any(b.is_meta for b in model.buffers()):
         model = model.to_empty(device=device)
         for module in model.modules():
@@ -75,10 +89,22 @@ def real_inputs(inputs, device: str):
     return make(inputs)
 
 
+def _adamw(model: nn.Module) -> torch.optim.Optimizer | None:
+    """AdamW as the prediction prices it: one pass over weights, gradients and
+    states (the fused kernel); the per-tensor loop where fused is unsupported."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        return None  # nothing to train: the step is forward and backward
+    try:
+        return torch.optim.AdamW(params, fused=True)
+    except (RuntimeError, ValueError):
+        return torch.optim.AdamW(params)
+
+
 def _step_fn(model, inputs, training: bool, autocast_dtype, device: str):
     from ..tracing import _loss_of
 
-    optimizer = torch.optim.AdamW(model.parameters()) if training else None
+    optimizer = _adamw(model) if training else None
     args, kwargs = (
         ((), inputs)
         if isinstance(inputs, dict)
@@ -90,11 +116,12 @@ def _step_fn(model, inputs, training: bool, autocast_dtype, device: str):
         if not training:
             with torch.no_grad(), ctx:
                 return model(*args, **kwargs)
-        optimizer.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
         with ctx:
             loss = _loss_of(model(*args, **kwargs))
         loss.backward()
-        optimizer.step()
+        if optimizer:
+            optimizer.step()
         return loss
 
     return step
@@ -105,6 +132,26 @@ class _null:
         return self
 
     def __exit__(self, *exc):
+        return False
+
+
+class _quiet_profiler:
+    """Keep the profiler's own log (Kineto's start/stop lines, and the CUDA build's
+    `gpuGetDeviceCount failed` on a machine without a GPU) off the user's stderr.
+
+    Kineto reads its log level once, when the first profile starts; a level set
+    by the user wins.
+    """
+
+    def __enter__(self):
+        self.set_here = "KINETO_LOG_LEVEL" not in os.environ
+        if self.set_here:
+            os.environ["KINETO_LOG_LEVEL"] = "6"  # above its highest level: nothing
+        return self
+
+    def __exit__(self, *exc):
+        if self.set_here:
+            os.environ.pop("KINETO_LOG_LEVEL", None)
         return False
 
 
@@ -138,13 +185,15 @@ def measure_model(
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
-        for _ in range(steps):
-            step()
-            if sync:
-                sync()
+    with _quiet_profiler():
+        with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
+            for _ in range(steps):
+                step()
+                if sync:
+                    sync()
+        events = prof.events()
     measured = defaultdict(list)
-    for event in prof.events():
+    for event in events:
         if event.name.startswith("aten::"):
             device_us = getattr(event, "device_time_total", 0) if device == "cuda" else 0
             us = device_us or event.cpu_time_total

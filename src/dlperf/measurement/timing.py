@@ -43,8 +43,13 @@ def time_callable(
     repeats: int = 7,
     min_sample_s: float = 0.0,
     synchronize: Callable[[], object] | None = None,
+    budget_s: float | None = None,
 ) -> Measurement:
-    """Time `fn()`; each sample runs it enough times to last `min_sample_s`."""
+    """Time `fn()`; each sample runs it enough times to last `min_sample_s`.
+
+    With `budget_s`, sampling stops once that much time has passed (one sample
+    at least), so a slow call cannot hold a probe for minutes.
+    """
     if not callable(fn):
         raise DlperfError(f"cannot time {fn!r}: it is not callable")
     if repeats < 1:
@@ -61,10 +66,13 @@ def time_callable(
         once = max(time.perf_counter() - start, 1e-9)
         inner = max(1, int(min_sample_s / once))
     samples = []
+    began = time.perf_counter()
     for _ in range(repeats):
         start = time.perf_counter()
         for _ in range(inner):
             fn()
         sync()
         samples.append((time.perf_counter() - start) / inner)
+        if budget_s is not None and time.perf_counter() - began >= budget_s:
+            break
     return Measurement(samples)

@@ -40,6 +40,9 @@ class Gemm:
     # Bytes the kernel really moves when its operands are implicit (a
     # convolution's im2col matrix is never stored); 0 means the GEMM's own.
     tensor_bytes: float = 0.0
+    # Kernel launches the `count` GEMMs take; 0 means one each. A persistent RNN
+    # kernel runs every step of a sequence in one launch.
+    launches: int = 0
 
     @property
     def flops(self) -> float:

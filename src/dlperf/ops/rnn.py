@@ -1,4 +1,4 @@
-"""Recurrent layers mapped to GEMMs by seed 004's Table 1.
+"""Recurrent layers mapped to GEMMs by Table 1 of NVIDIA's Optimizing Recurrent Layers guide.
 
 For each layer (and direction), with gates G = 4 (LSTM), 3 (GRU) or 1
 (ReLU/tanh RNN), hidden size H, minibatch B, sequence S, and the layer's
@@ -15,22 +15,32 @@ input size I (the previous layer's output):
 The unrolling factor is taken as S (the whole sequence in one layer-to-layer
 GEMM). The first layer's input gradient is skipped when the input needs none.
 The row also says whether cuDNN's persistent kernel could run the layer
-(seed 004, chapter 5): fp16 only, weights small enough to stay on chip
-(hidden size up to 1024 for LSTM), and small minibatches.
+(Optimizing Recurrent Layers, chapter 5): fp16 only, weights small enough to
+stay on chip (hidden size up to 1024 for LSTM), and small minibatches.
+
+Where it can run, the persistent kernel changes the price of the recurrent
+path (the S dependent GEMMs of the forward and activation-gradient passes):
+it is launched once for the whole sequence and keeps the recurrent weights on
+chip, so it pays one launch, not S, and reads the weights from memory once;
+every step still runs its GEMM after the previous one, moving only that
+step's activations.
 """
 
 from __future__ import annotations
 
+from ..dtypes import bytes_per_element
 from ..precision import DTYPE_NAMES
 from ..tracing import OpEvent
 from . import Cost, CostContext, Gemm, register
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 # Largest hidden size whose recurrent weights cuDNN keeps on chip, per unit
-# (seed 004: LSTM up to 1024; GRU and plain units have fewer gates, so their
-# weights of the same footprint allow proportionally larger hidden sizes).
+# (Optimizing Recurrent Layers, chapter 5: LSTM up to 1024; GRU and plain units
+# have fewer gates, so their weights of the same footprint allow proportionally
+# larger hidden sizes).
 PERSISTENT_MAX_HIDDEN = {"LSTM": 1024, "GRU": 1182, "RNN_TANH": 2048, "RNN_RELU": 2048}
-# Above this minibatch the standard kernels are as fast (seed 004, figure 10).
+# From this minibatch on the standard kernels are as fast (Optimizing Recurrent
+# Layers, figure 10).
 PERSISTENT_MAX_BATCH = 256
 # Element-wise work per gate value per step: activation, the cell update.
 GATE_FLOPS = 5
@@ -49,12 +59,15 @@ def persistence(info: dict, dtype: str) -> tuple[bool, str]:
     return True, "eligible for cuDNN's persistent kernel"
 
 
-def rnn_gemms(info: dict, phase: str, dtype: str, storage: str) -> list[Gemm]:
+def rnn_gemms(
+    info: dict, phase: str, dtype: str, storage: str, persistent: bool = False
+) -> list[Gemm]:
     gates = GATES[info["mode"]]
     hidden = info["hidden_size"]
     out_size = info.get("proj_size") or hidden
     batch, seq = info["batch"], info["seq"]
     directions = 2 if info["bidirectional"] else 1
+    item = bytes_per_element(storage)
     gemms = []
 
     def add(m, n, k, count, role):
@@ -62,13 +75,24 @@ def rnn_gemms(info: dict, phase: str, dtype: str, storage: str) -> list[Gemm]:
             Gemm(m, n, k, count=count * directions, dtype=dtype, storage=storage, role=role)
         )
 
+    def recurrent(m, n, k, role):
+        if not persistent:
+            add(m, n, k, seq, role)
+            return
+        # one launch per direction runs the S steps; the M x K weights stay on chip after one read
+        moved = (m * k + seq * (k * n + m * n)) * item * directions
+        gemms.append(
+            Gemm(m, n, k, count=seq * directions, dtype=dtype, storage=storage, role=role,
+                 tensor_bytes=moved, launches=directions)
+        )  # fmt: skip
+
     for layer in range(info["num_layers"]):
         size_in = info["input_size"] if layer == 0 else out_size * directions
         if phase == "forward":
-            add(gates * hidden, batch, out_size, seq, "recurrent forward")
+            recurrent(gates * hidden, batch, out_size, "recurrent forward")
             add(gates * hidden, batch * seq, size_in, 1, "layer-to-layer forward")
         else:
-            add(out_size, batch, gates * hidden, seq, "recurrent activation gradient")
+            recurrent(out_size, batch, gates * hidden, "recurrent activation gradient")
             add(out_size, gates * hidden, batch * seq, 1, "recurrent weight gradient")
             if layer > 0 or info["input_requires_grad"]:
                 add(size_in, batch * seq, gates * hidden, 1, "layer-to-layer activation gradient")
@@ -84,7 +108,8 @@ def recurrent(e: OpEvent, ctx: CostContext) -> Cost:
     run_dtype = ctx.precision.autocast_dtype or x.dtype
     dtype = ctx.precision.contraction_dtype(run_dtype)
     storage = DTYPE_NAMES.get(run_dtype, "fp32")
-    gemms = rnn_gemms(info, e.phase, dtype, storage)
+    ok, why = persistence(info, dtype)
+    gemms = rnn_gemms(info, e.phase, dtype, storage, persistent=ok)
     flops = sum(g.flops for g in gemms)
     item = x.itemsize
     directions = 2 if info["bidirectional"] else 1
@@ -93,9 +118,10 @@ def recurrent(e: OpEvent, ctx: CostContext) -> Cost:
     # Gate pre-activations are written once and read once per layer and step.
     gate_bytes = 2 * info["num_layers"] * directions * seq * batch * gates * hidden * item
     flops += GATE_FLOPS * info["num_layers"] * directions * seq * batch * gates * hidden
-    read = x.nbytes + sum((g.m * g.k) * item * g.count for g in gemms) + gate_bytes / 2
+    # weights are read once per launch (a persistent launch covers every step)
+    weights = sum(g.m * g.k * item * (g.launches or g.count) for g in gemms)
+    read = x.nbytes + weights + gate_bytes / 2
     written = seq * batch * hidden * directions * item * info["num_layers"] + gate_bytes / 2
-    ok, why = persistence(info, dtype)
     return Cost(
         flops=flops,
         bytes_read=read,
