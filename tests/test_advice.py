@@ -280,3 +280,19 @@ def test_early_layers_and_relu_fusion():
     assert found["relu-fusion"].evidence["activations"] == ["SiLU"]
     dense = nn.Sequential(nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU())
     assert not rules_fired(dense, meta(32, 32, 56, 56), rules=["early-layers", "relu-fusion"])
+
+
+def test_rules_and_findings_name_the_guides_not_seed_files(capsys):
+    from dlperf.advice import load_rules
+
+    for r in load_rules().values():
+        assert r.source.startswith("NVIDIA"), r.id
+        assert "seed" not in f"{r.title} {r.source}".lower(), r.id
+    assert main(["advise", "--list-rules", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "seed" not in out.lower() and "Optimizing Recurrent Layers" in out
+    # a model that trips rules whose text cites a figure or section
+    model = nn.Sequential(nn.Conv2d(3, 30, 3, bias=True), nn.BatchNorm2d(30), nn.Flatten())
+    advice = dlperf.advise(model, meta(8, 3, 32, 32), gpu="a100", precision="fp32")
+    assert advice.findings
+    assert "seed" not in str(advice.to_dict()).lower()

@@ -15,12 +15,19 @@ from dataclasses import dataclass, field
 
 RULES: dict[str, Rule] = {}
 
+# The documents behind the rules, named as a user can look them up: NVIDIA's
+# deep-learning performance guides and a talk built on them.
+GETTING_STARTED = "NVIDIA guide 'Get Started With Deep Learning Performance'"
+MEMORY_LIMITED = "NVIDIA guide 'Optimizing Memory-Limited Layers'"
+RECURRENT = "NVIDIA guide 'Optimizing Recurrent Layers'"
+TALK = "NVIDIA talk 'NN Performance optimization' (P. Molchanov)"
+
 
 @dataclass(frozen=True)
 class Rule:
     id: str
     title: str
-    source: str  # the seed section that motivates it
+    source: str  # the guide and section that motivate it
     check: Callable
     fix: str | None = None  # name of the automatic fix, when there is one
 

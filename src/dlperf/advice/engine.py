@@ -7,7 +7,7 @@ from torch import nn
 from ..api import _resolve
 from ..errors import DlperfError
 from ..hardware import gpu as get_gpu
-from ..precision import precision as get_precision
+from ..precision import resolve_for
 from . import MECHANICAL, Advice, Finding, fixes, load_rules
 from .context import AdviceContext
 
@@ -15,7 +15,7 @@ from .context import AdviceContext
 def _context(model, inputs, gpu, precision, training, optimizer="adamw", batch=None, seq_len=None):
     label, module, inputs = _resolve(model, inputs, batch, seq_len)
     spec = get_gpu(gpu)
-    policy = get_precision(precision)
+    policy = resolve_for(spec, precision)
     ctx = AdviceContext(label, module, inputs, spec, policy, training, None, optimizer)
     ctx.analysis = ctx.reanalyze()
     return ctx
@@ -77,7 +77,7 @@ def advise(
     model,
     inputs=None,
     gpu="a100-sxm4-80gb",
-    precision="amp-bf16",
+    precision="auto",
     training=True,
     rules=None,
     optimizer="adamw",

@@ -10,7 +10,7 @@ from ..analysis import price_cost
 from ..gemm import gemm
 from ..ops import CostContext, cost_of
 from ..tracing import OpEvent, TensorMeta, within
-from . import Finding, fixes, rule
+from . import GETTING_STARTED, MEMORY_LIMITED, RECURRENT, TALK, Finding, fixes, rule
 
 # A layer whose ops take less than this share of the step is not worth a finding.
 MIN_SHARE = 0.005
@@ -34,7 +34,7 @@ def _rows_of(ctx, path: str):
 @rule(
     "tensor-core-precision",
     "fp32 math on a GPU with Tensor Cores: use TF32 or AMP",
-    "seed 001 §2.2; seed 002 'Mixed precision training'",
+    f"{GETTING_STARTED} §2.2; {TALK}, 'Mixed precision training'",
     fix="precision",
 )
 def tensor_core_precision(ctx):
@@ -96,7 +96,7 @@ def _misaligned_linears(ctx, vocabulary: bool):
 @rule(
     "pad-vocabulary",
     "vocabulary (output projection) not a multiple of 8/64",
-    "seed 002/003 'Transformers': vocabulary size a multiple of 8",
+    f"{TALK}, 'Transformers': vocabulary size a multiple of 8",
     fix="pad-linear",
 )
 def pad_vocabulary(ctx):
@@ -110,7 +110,7 @@ def pad_vocabulary(ctx):
 @rule(
     "align-linear",
     "Linear features not multiples of the Tensor Core alignment",
-    "seed 002/003 Table 1 and 'Linear layers'",
+    f"{GETTING_STARTED} §2.2; {TALK}, 'Linear layers' and the Tensor Core requirements table",
     fix="pad-linear",
 )
 def align_linear(ctx):
@@ -145,7 +145,7 @@ def _pad_finding(ctx, rule_id, found, dtype, best, what):
 @rule(
     "channels-last",
     "NCHW convolutions on Tensor Cores: use channels_last (NHWC)",
-    "seed 002/003 'Convolutions'",
+    f"{TALK}, 'Convolutions' (NHWC layout)",
     fix="channels-last",
 )
 def channels_last_rule(ctx):
@@ -178,7 +178,7 @@ def channels_last_rule(ctx):
 @rule(
     "first-conv-channels",
     "first convolution with 3 input channels: pad to 4 or 8",
-    "seed 002/003 'Convolutions', figure 8 (C = 4 or a multiple of 8)",
+    f"{TALK}, 'Convolutions', figure 8 (C = 4 or a multiple of 8)",
     fix="pad-channels",
 )
 def first_conv_channels(ctx):
@@ -197,12 +197,12 @@ def first_conv_channels(ctx):
     how = "re-analysed in NHWC, with and without the fourth channel"
     if gain <= 0:
         # The GEMM model prices C = 4 as a plain misaligned GEMM; cuDNN's kernels
-        # specialised for it (seed figure 8) are outside the model.
+        # specialised for it (the talk's figure 8) are outside the model.
         gain, how = (
             0.0,
             (
                 "no gain predicted: dlperf's GEMM model does not know cuDNN's "
-                "kernels specialised for C = 4 (seed 002, figure 8)"
+                f"kernels specialised for C = 4 (figure 8 of the {TALK})"
             ),
         )
     fraction = gain / ctx.step_time_s
@@ -224,7 +224,7 @@ def first_conv_channels(ctx):
 @rule(
     "conv-bias-before-bn",
     "convolution bias followed by batch norm is wasted",
-    "seed 002 'Optimization techniques'",
+    f"{TALK}, 'Optimization techniques'",
     fix="drop-bias",
 )
 def conv_bias_before_bn(ctx):
@@ -264,7 +264,7 @@ def conv_bias_before_bn(ctx):
 @rule(
     "fuse-qkv",
     "separate Q, K, V projections: concatenate them into one GEMM",
-    "seed 002/003 'Maximizing Tensor Core usage'",
+    f"{TALK}, 'Maximizing Tensor Core usage'",
     fix="fuse-qkv",
 )
 def fuse_qkv_rule(ctx):
@@ -291,7 +291,7 @@ def fuse_qkv_rule(ctx):
 @rule(
     "fused-attention",
     "explicit softmax(QK^T)V: use scaled_dot_product_attention",
-    "seed 002 'Transformer'; flash attention moves no S x S matrix",
+    f"{TALK}, 'Transformers'; flash attention moves no S x S matrix",
 )
 def fused_attention(ctx):
     modules = {}
@@ -368,7 +368,7 @@ def _torch_dtype(name: str):
 @rule(
     "gemm-quantization",
     "GEMMs losing work to tile or wave quantization",
-    "seed 002/003 'Tile quantization', 'Wave quantization'",
+    f"{TALK}, 'Tile quantization' and 'Wave quantization'",
 )
 def gemm_quantization(ctx):
     worst, saved = [], 0.0
@@ -425,7 +425,7 @@ def gemm_quantization(ctx):
 @rule(
     "memory-bound-share",
     "normalization and element-wise ops take much of the step",
-    "seed 002 '% flop vs % runtime'; seed 000 checklist",
+    f"{TALK}, operator classes (% flop vs % runtime); {MEMORY_LIMITED}, chapter 1 checklist",
 )
 def memory_bound_share(ctx):
     cats = ctx.analysis.categories
@@ -468,7 +468,7 @@ def memory_bound_share(ctx):
 @rule(
     "latency-bound",
     "many tiny kernels: launch latency dominates",
-    "seed 002 'How to find a problem?' (latency limit)",
+    f"{TALK}, 'How to find a problem?' (latency limit)",
 )
 def latency_bound(ctx):
     rows = [r for r in ctx.analysis.rows if r.bound == "latency"]
@@ -496,7 +496,7 @@ def latency_bound(ctx):
 @rule(
     "small-batch",
     "batch too small for the GEMMs to be math-limited",
-    "seed 001 §2.1; seed 002 'Linear layers' (batch > 128)",
+    f"{GETTING_STARTED} §2.1; {TALK}, 'Linear layers' (batch > 128)",
 )
 def small_batch(ctx):
     from ..training_memory import resize_inputs
@@ -530,7 +530,7 @@ def small_batch(ctx):
 @rule(
     "rnn-sizes",
     "recurrent layer sizes: alignment and persistent kernels",
-    "seed 004 chapter 1 checklist and chapter 5",
+    f"{RECURRENT}, chapter 1 checklist and chapter 5 (persistence)",
 )
 def rnn_sizes(ctx):
     from ..ops.rnn import PERSISTENT_MAX_HIDDEN
@@ -580,7 +580,7 @@ def rnn_sizes(ctx):
 @rule(
     "memory-fit",
     "the training step does not fit in GPU memory",
-    "seed 002 'GPU memory', 'Gradient checkpointing / accumulation'",
+    f"{TALK}, 'GPU memory', 'Gradient accumulation', 'Activation recompute'",
 )
 def memory_fit(ctx):
     if not ctx.training:
@@ -619,7 +619,7 @@ def memory_fit(ctx):
 @rule(
     "precision-settings",
     "precision settings: loss scaling and bf16",
-    "seed 002 'How to use it?' (GradScaler); seed 002 'A note on data types'",
+    f"{TALK}, 'Mixed precision training': 'How to use it?' (GradScaler), 'A note on data types'",
 )
 def precision_settings(ctx):
     name = ctx.precision.name
@@ -667,7 +667,7 @@ def _early(ctx, fraction: float = 1 / 3) -> set[str]:
 @rule(
     "early-layers",
     "memory-limited early layers: depthwise, squeeze-excite, layer norm",
-    "seed 002/003 'Recommendations for hierarchical models'",
+    f"{TALK}, 'Recommendations for hierarchical models'",
 )
 def early_layers(ctx):
     early = _early(ctx)
@@ -709,7 +709,7 @@ def early_layers(ctx):
 @rule(
     "relu-fusion",
     "activation after conv + batch norm that cannot fuse: prefer ReLU",
-    "seed 002/003 'ReLU is the best activation as it can be fused with conv-BN'",
+    f"{TALK}, hierarchical models: 'ReLU is the best activation as it can be fused with conv-BN'",
 )
 def relu_fusion(ctx):
     found = []

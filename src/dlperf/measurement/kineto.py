@@ -10,8 +10,10 @@ thread whose time span holds the launch.
 from __future__ import annotations
 
 import bisect
+import functools
 import gzip
 import json
+import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -27,6 +29,8 @@ LAUNCHES = (
     "cudaLaunchCooperativeKernel",
     "hipLaunchKernel",
 )
+# The categories whose times and links the reader uses.
+_TIMED = ("kernel", "cuda_runtime", "cpu_op")
 # Kernel-name fragments of Tensor Core (MMA) kernels across cuBLAS, cuDNN and CUTLASS.
 TENSOR_CORE_NAMES = re.compile(
     r"(884|1688|16816|168|tensorop|hmma|imma|wgmma|xmma|_tc_|gmma|s16816|h16816|"
@@ -45,7 +49,13 @@ class Kernel:
 
     @property
     def tensor_cores(self) -> bool:
-        return bool(TENSOR_CORE_NAMES.search(self.name))
+        return _tensor_core_name(self.name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _tensor_core_name(name: str) -> bool:
+    # thousands of launches share a few hundred long names; the search is the slow part
+    return bool(TENSOR_CORE_NAMES.search(name))
 
 
 @dataclass
@@ -71,38 +81,75 @@ def read_trace(path: str | Path) -> TraceData:
         raise DlperfError(f"{path} is not readable JSON ({why}); is it truncated?") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise DlperfError(f"{path} is not a PyTorch profiler trace: it has no traceEvents list")
-    events = [e for e in doc["traceEvents"] if isinstance(e, dict)]
-    props = doc.get("deviceProperties") or []
-    device = props[0].get("name") if props and isinstance(props[0], dict) else None
+    props = doc.get("deviceProperties")
+    first = props[0] if isinstance(props, list) and props else None
+    device = first.get("name") if isinstance(first, dict) else None
+    device = device if isinstance(device, str) else None
 
     kernels, launches, ops_by_tid = [], {}, defaultdict(list)
     steps = set()
-    for e in events:
-        cat, name = e.get("cat"), e.get("name", "")
-        args = e.get("args") or {}
+    for index, raw in enumerate(doc["traceEvents"]):
+        if not isinstance(raw, dict):
+            continue
+        cat, name = raw.get("cat"), raw.get("name", "")
+        if cat not in _TIMED and not (isinstance(name, str) and name.startswith("ProfilerStep#")):
+            continue  # flows, memcpys, metadata: read nothing else from them
+        e = _checked(raw, index, path)
+        args = e["args"]
         if cat == "kernel":
-            kernels.append(
-                Kernel(name, float(e.get("ts", 0)), float(e.get("dur", 0)), args.get("correlation"))
-            )
-        elif cat == "cuda_runtime" and name in LAUNCHES:
+            kernels.append(Kernel(e["name"], e["ts"], e["dur"], args.get("correlation")))
+        elif cat == "cuda_runtime" and e["name"] in LAUNCHES:
             launches[args.get("correlation")] = e
         elif cat == "cpu_op":
-            ops_by_tid[e.get("tid")].append(e)
-        if name.startswith("ProfilerStep#"):
-            steps.add(name)
+            ops_by_tid[e["tid"]].append(e)
+        if e["name"].startswith("ProfilerStep#"):
+            steps.add(e["name"])
     for ops in ops_by_tid.values():
-        ops.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
+        ops.sort(key=lambda e: (e["ts"], -e["dur"]))
     starts = {tid: [e["ts"] for e in ops] for tid, ops in ops_by_tid.items()}
     for k in kernels:
         launch = launches.get(k.correlation)
         if launch is not None:
             k.op = _innermost(
-                ops_by_tid.get(launch.get("tid"), []),
-                starts.get(launch.get("tid"), []),
-                launch["ts"],
+                ops_by_tid.get(launch["tid"], []), starts.get(launch["tid"], []), launch["ts"]
             )
     cpu_ops = [e for ops in ops_by_tid.values() for e in ops]
     return TraceData(str(path), device, kernels, cpu_ops, max(1, len(steps)))
+
+
+def _checked(e: dict, index: int, path: Path) -> dict:
+    """A copy of a timed event with its fields checked: the reader sorts and
+    compares them, so a string `ts` must be one clear line, not a traceback."""
+
+    def bad(key: str, why: str, value=None) -> DlperfError:
+        value = e.get(key) if value is None else value
+        return DlperfError(
+            f"{path}: traceEvents[{index}] (cat {e.get('cat')!r}) has {key} "
+            f"{value!r:.60}; {why}. Is the file edited or written by another tool?"
+        )
+
+    name = e.get("name", "")
+    if not isinstance(name, str):
+        raise bad("name", "it must be a string")
+    out = {**e, "name": name, "args": e.get("args") or {}}
+    if not isinstance(out["args"], dict):
+        raise bad("args", "it must be an object")
+    for key in ("ts", "dur"):
+        value = e.get(key, 0)
+        # bool is an int subclass, and a count of microseconds is never a truth value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad(key, "it must be a number of microseconds")
+        if not math.isfinite(value):
+            raise bad(key, "it must be a finite number of microseconds")
+        if key == "dur" and value < 0:
+            raise bad(key, "a duration cannot be negative")
+        out[key] = float(value)
+    if not isinstance(e.get("tid"), (int, str, type(None))):
+        raise bad("tid", "it must be a number or a string")
+    correlation = out["args"].get("correlation")
+    if not isinstance(correlation, (int, type(None))) or isinstance(correlation, bool):
+        raise bad("args.correlation", "it must be an integer id", correlation)
+    return out
 
 
 def _innermost(ops: list[dict], starts: list[float], ts: float) -> dict | None:
@@ -111,7 +158,7 @@ def _innermost(ops: list[dict], starts: list[float], ts: float) -> dict | None:
     checked = 0
     while i >= 0 and checked < 64:
         e = ops[i]
-        if e["ts"] <= ts <= e["ts"] + e.get("dur", 0):
+        if e["ts"] <= ts <= e["ts"] + e["dur"]:
             return e
         i -= 1
         checked += 1

@@ -29,6 +29,9 @@ _TYPES = {
     "c10::BFloat16": torch.bfloat16,
     "double": torch.float64,
     "long int": torch.int64,
+    "long": torch.int64,
+    "short int": torch.int16,
+    "short": torch.int16,
     "int": torch.int32,
     "bool": torch.bool,
     "unsigned char": torch.uint8,
@@ -62,19 +65,47 @@ _SAME_SHAPE_OUT = (
 
 @dataclass
 class TraceRow:
-    kernel: str
+    """The calls of one op with the same input shapes and dtype, priced on the roofline.
+
+    FLOPs, bytes and times are totals over the `calls`; achieved rates are
+    those totals over the measured kernel time.
+    """
+
+    kernel: str  # the longest kernel the calls launched
     op: str
     shapes: list
-    dtype: str
-    time_s: float
+    dtype: str  # the first tensor's: the one the op computes in
+    dtypes: list  # every tensor input's
+    calls: int
     kernels: int
+    time_s: float
     tensor_cores: bool
-    flops: float | None = None
-    bytes: float | None = None
-    achieved_flops_per_s: float | None = None
-    achieved_bytes_per_s: float | None = None
-    predicted_time_s: float | None = None
-    fraction_of_roofline: float | None = None
+    flops: float
+    bytes: float
+    achieved_flops_per_s: float
+    achieved_bytes_per_s: float
+    predicted_time_s: float
+    roofline_time_s: float  # the plain roofline: peak math rate, full bandwidth
+    fraction_of_roofline: float  # roofline time over measured time; 1 is on the roof
+
+    @property
+    def time_above_roofline_s(self) -> float:
+        return max(0.0, self.time_s - self.roofline_time_s)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class UnpricedRow:
+    """Kernel time dlperf has no roofline figure for, summed per launching op."""
+
+    op: str
+    why: str
+    calls: int
+    kernels: int
+    time_s: float
+    kernel: str  # the longest kernel
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -90,34 +121,60 @@ class TraceReport:
     steps: int
     tensor_core_kernels: int
     eligible_not_tensor_core_kernels: int
-    rows: list[TraceRow] = field(default_factory=list)
+    rows: list[TraceRow] = field(default_factory=list)  # most time above the roofline first
+    unpriced: list[UnpricedRow] = field(default_factory=list)  # most time first
+
+    @property
+    def unpriced_time_s(self) -> float:
+        return sum(u.time_s for u in self.unpriced)
 
     def to_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k != "rows"}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("rows", "unpriced")}
         out["rows"] = [r.to_dict() for r in self.rows]
+        out["unpriced"] = [u.to_dict() for u in self.unpriced]
+        out["unpriced_time_s"] = self.unpriced_time_s
         return out
 
 
-def _event(op: dict) -> OpEvent | None:
-    args = op.get("args") or {}
+def _tensor_inputs(op: dict) -> tuple | None:
+    """Per recorded input, (shape, torch dtype) of a plain tensor or None; None
+    when the op recorded no inputs. Priced calls are grouped by this."""
+    args = op["args"]
     dims, types = args.get("Input Dims"), args.get("Input type")
     if not isinstance(dims, list) or not isinstance(types, list):
         return None
-    metas = []
+    out = []
     for shape, kind in zip(dims, types, strict=False):
-        if isinstance(shape, list) and shape and kind in _TYPES:
-            strides, step = [], 1
-            for size in reversed(shape):
-                strides.append(step)
-                step *= max(int(size), 1)
-            metas.append(
-                TensorMeta(tuple(int(s) for s in shape), _TYPES[kind], tuple(reversed(strides)))
-            )
-        else:
+        # tensor lists (nested dims), Python scalars and odd entries are not
+        # priced inputs; a 0-d tensor ([] with a tensor type) is
+        sizes = isinstance(shape, list) and all(_is_size(x) for x in shape)
+        known = isinstance(kind, str) and kind in _TYPES
+        out.append((tuple(shape), _TYPES[kind]) if sizes and known else None)
+    return tuple(out)
+
+
+def _event(name: str, inputs: tuple) -> OpEvent:
+    metas = []
+    for entry in inputs:
+        if entry is None:
             metas.append(None)
-    name = op["name"]
+            continue
+        shape, dtype = entry
+        strides, step = [], 1
+        for size in reversed(shape):
+            strides.append(step)
+            step *= max(size, 1)
+        metas.append(TensorMeta(shape, dtype, tuple(reversed(strides))))
     outputs = _outputs(name, metas)
     return OpEvent(name.replace("::", ".") + ".default", tuple(metas), {}, outputs, "", "forward")
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch.")
+
+
+def _is_size(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 def _outputs(name: str, metas: list) -> tuple:
@@ -136,8 +193,32 @@ def _outputs(name: str, metas: list) -> tuple:
     return ()
 
 
+# Why kernel time has no roofline figure (kept short: they are table cells).
+NO_LAUNCHING_OP = "(no launching op)"
+NO_SHAPES = "no input shapes recorded"
+COMMUNICATION = "communication (NCCL)"
+NO_TENSORS = "inputs are tensor lists or scalars"
+NO_COST = "no cost model for this op"
+NO_LINK = "launch not inside a cpu_op"
+
+
+@dataclass
+class _Group:
+    """Op calls that share a name, tensor inputs and Tensor Core use."""
+
+    op: dict  # the first call; the others have the same name and tensor inputs
+    inputs: tuple | None  # see _tensor_inputs
+    calls: int = 0
+    kernels: list[Kernel] = field(default_factory=list)
+
+
 def analyze_profile(path, gpu: str | HardwareSpec | None = None) -> TraceReport:
     data = read_trace(path)
+    if not data.kernels:
+        raise DlperfError(
+            f"{path} holds no GPU kernels (a CPU-only profile); record it on a GPU with "
+            "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
+        )
     if gpu is None:
         found = resolve_id(data.device_name) if data.device_name else None
         if not found:
@@ -147,29 +228,29 @@ def analyze_profile(path, gpu: str | HardwareSpec | None = None) -> TraceReport:
         gpu = found
     spec = get_gpu(gpu)
     busy = busy_time_us(data.kernels)
-    span = 0.0
-    if data.kernels:
-        span = max(k.start_us + k.duration_us for k in data.kernels) - min(
-            k.start_us for k in data.kernels
-        )
-    by_op: dict[int, list[Kernel]] = defaultdict(list)
-    for k in data.kernels:
-        if k.op is not None:
-            by_op[id(k.op)].append(k)
-    ops = {id(k.op): k.op for k in data.kernels if k.op is not None}
+    span = max(k.start_us + k.duration_us for k in data.kernels) - min(
+        k.start_us for k in data.kernels
+    )
+    groups, unlinked = _groups(data.kernels)
+    costed, unpriced = [], []
+    for g in groups.values():
+        found = COMMUNICATION if _is_communication(g.kernels) else _cost(g, spec)
+        if isinstance(found, str):
+            unpriced.append(_unpriced(g.op["name"], found, g.calls, g.kernels))
+        else:
+            costed.append((g, *found))
     timer = _GemmTimer(spec)
-    rows, eligible_not_tc = [], 0
-    for key, kernels in by_op.items():
-        op = ops[key]
-        rows.append(_row(op, kernels, spec, timer))
-        if (
-            rows[-1].flops
-            and _is_contraction(op["name"])
-            and not rows[-1].tensor_cores
-            and _tensor_core_eligible(spec, rows[-1].dtype)
-        ):
-            eligible_not_tc += len(kernels)
-    rows.sort(key=lambda r: r.time_s * (1 - (r.fraction_of_roofline or 0)), reverse=True)
+    timer.prepare([gemm for *_, cost in costed for gemm in cost.gemms])  # one batch per dtype
+    rows = [_row(g, tensors, cost, spec, timer) for g, tensors, cost in costed]
+    eligible_not_tc = sum(
+        r.kernels
+        for r in rows
+        if _is_contraction(r.op) and not r.tensor_cores and _tensor_core_eligible(spec, r.dtype)
+    )
+    for kernels in unlinked.values():
+        unpriced.append(_unpriced(NO_LAUNCHING_OP, NO_LINK, len(kernels), kernels))
+    rows.sort(key=lambda r: r.time_above_roofline_s, reverse=True)
+    unpriced = _merge_unpriced(unpriced)
     return TraceReport(
         str(path),
         spec.id,
@@ -180,7 +261,56 @@ def analyze_profile(path, gpu: str | HardwareSpec | None = None) -> TraceReport:
         sum(k.tensor_cores for k in data.kernels),
         eligible_not_tc,
         rows,
+        unpriced,
     )
+
+
+def _groups(kernels: list[Kernel]) -> tuple[dict, dict]:
+    """Kernels grouped by their launching op's name, tensor input shapes and
+    dtypes and Tensor Core use (which decides TF32 pricing); unlinked ones by
+    kernel name."""
+    by_call: dict[int, list[Kernel]] = defaultdict(list)
+    unlinked: dict[str, list[Kernel]] = defaultdict(list)
+    for k in kernels:
+        if k.op is None:
+            unlinked[k.name].append(k)
+        else:
+            by_call[id(k.op)].append(k)
+    groups: dict[tuple, _Group] = {}
+    for launched in by_call.values():
+        op = launched[0].op
+        inputs = _tensor_inputs(op)
+        key = (op["name"], inputs, any(k.tensor_cores for k in launched))
+        group = groups.setdefault(key, _Group(op, inputs))
+        group.calls += 1
+        group.kernels.extend(launched)
+    return groups, unlinked
+
+
+def _unpriced(op: str, why: str, calls: int, kernels: list[Kernel]) -> UnpricedRow:
+    longest = max(kernels, key=lambda k: k.duration_us)
+    time_s = sum(k.duration_us for k in kernels) * 1e-6
+    return UnpricedRow(op, why, calls, len(kernels), time_s, longest.name[:120])
+
+
+def _merge_unpriced(rows: list[UnpricedRow]) -> list[UnpricedRow]:
+    """One row per (op, reason): shapes do not matter to time without a price."""
+    merged: dict[tuple, UnpricedRow] = {}
+    for r in sorted(rows, key=lambda r: r.time_s, reverse=True):
+        m = merged.get((r.op, r.why))
+        if m is None:
+            merged[(r.op, r.why)] = UnpricedRow(r.op, r.why, r.calls, r.kernels, r.time_s, r.kernel)
+        else:
+            m.calls, m.kernels, m.time_s = (
+                m.calls + r.calls,
+                m.kernels + r.kernels,
+                m.time_s + r.time_s,
+            )
+    return sorted(merged.values(), key=lambda r: r.time_s, reverse=True)
+
+
+def _is_communication(kernels: list[Kernel]) -> bool:
+    return all(k.name.startswith("nccl") for k in kernels)
 
 
 def _is_contraction(name: str) -> bool:
@@ -192,39 +322,48 @@ def _tensor_core_eligible(spec: HardwareSpec, dtype: str) -> bool:
     return dtype in candidates and any(u.tensor_cores for u in spec.math.values())
 
 
-def _row(op: dict, kernels: list[Kernel], spec: HardwareSpec, timer) -> TraceRow:
-    time_s = sum(k.duration_us for k in kernels) * 1e-6
-    tc = any(k.tensor_cores for k in kernels)
-    event = _event(op)
-    tensors = [m for m in (event.args if event else ()) if m is not None]
-    dtype = DTYPE_NAMES.get(tensors[0].dtype, "fp32") if tensors else ""
-    row = TraceRow(
-        kernels[0].name[:120],
-        op["name"],
-        [list(t.shape) for t in tensors],
-        dtype,
-        time_s,
-        len(kernels),
-        tc,
-    )
-    if event is None or not tensors:
-        return row
+def _cost(g: _Group, spec: HardwareSpec):
+    """(tensors, cost) of one call of the group, or why it cannot be priced."""
+    if g.inputs is None:
+        return NO_SHAPES
+    event = _event(g.op["name"], g.inputs)
+    tensors = [m for m in event.args if m is not None]
+    if not tensors:
+        return NO_TENSORS
     # fp32 GEMMs on Tensor Cores ran in TF32
-    policy = precision("tf32" if tc and dtype == "fp32" else "fp32")
+    tc = tensors[0].dtype == torch.float32 and any(k.tensor_cores for k in g.kernels)
     try:
-        cost = cost_of(event, CostContext(policy, spec))
+        cost = cost_of(event, CostContext(precision("tf32" if tc else "fp32"), spec))
     except (IndexError, TypeError, ValueError, AttributeError, KeyError):
-        cost = None
+        cost = None  # recorded inputs that do not fit the handler's signature
     if cost is None or not (cost.flops or cost.bytes):
-        return row
+        return NO_COST
+    return tensors, cost
+
+
+def _row(g: _Group, tensors: list, cost, spec: HardwareSpec, timer) -> TraceRow:
     math_dtype = cost.gemms[0].dtype if cost.gemms else "fp32"
     math_dtype = math_dtype if spec.has_dtype(math_dtype) else "fp32"
-    row.flops, row.bytes = cost.flops, cost.bytes
-    row.achieved_flops_per_s = cost.flops / time_s if time_s else None
-    row.achieved_bytes_per_s = cost.bytes / time_s if time_s else None
-    row.predicted_time_s = price_cost(cost, spec, math_dtype, timer)[0]
-    attainable = roofline_time_s(
+    time_s = sum(k.duration_us for k in g.kernels) * 1e-6
+    flops, moved = cost.flops * g.calls, cost.bytes * g.calls
+    roof = g.calls * roofline_time_s(
         cost.flops, cost.bytes, spec.peak_flops_per_s(math_dtype), spec.memory_bandwidth_bytes_per_s
     )
-    row.fraction_of_roofline = attainable / time_s if time_s else None
-    return row
+    return TraceRow(
+        max(g.kernels, key=lambda k: k.duration_us).name[:120],
+        g.op["name"],
+        [list(t.shape) for t in tensors],
+        _dtype_name(tensors[0].dtype),
+        [_dtype_name(t.dtype) for t in tensors],
+        g.calls,
+        len(g.kernels),
+        time_s,
+        any(k.tensor_cores for k in g.kernels),
+        flops,
+        moved,
+        flops / time_s if time_s else 0.0,
+        moved / time_s if time_s else 0.0,
+        g.calls * price_cost(cost, spec, math_dtype, timer)[0],
+        roof,
+        roof / time_s if time_s else 0.0,
+    )

@@ -8,13 +8,17 @@ import html
 import io
 import re
 
+from .modules import module_tree
+
+# Op categories in colours no roof line uses (the roofs are drawn in greys).
 CATEGORY_COLORS = {
     "contraction": "#1f77b4",
     "normalization": "#ff7f0e",
     "elementwise": "#2ca02c",
-    "other": "#7f7f7f",
+    "other": "#d62728",
 }
-MAX_POINTS = 2000  # roofline points drawn (the slowest ops); the rest are summarised
+ROOF_STYLES = ("-", "--", "-.", ":")
+MAX_POINTS = 2000  # roofline points drawn (the slowest groups of ops)
 MAX_ROWS = 200  # rows per table
 
 
@@ -42,47 +46,99 @@ def _figure(width=7.0, height=4.0):
     return plt.subplots(figsize=(width, height))
 
 
-def roofline_svg(analysis) -> str:
-    spec = analysis.spec
-    fig, ax = _figure(8, 5)
-    rows = sorted(
-        (r for r in analysis.rows if r.flops > 0 and r.bytes > 0 and r.time_s > 0),
-        key=lambda r: r.time_s,
-        reverse=True,
-    )[:MAX_POINTS]
-    bandwidth = spec.memory_bandwidth_bytes_per_s
-    xs = [r.arithmetic_intensity for r in rows]
-    lo, hi = min(xs + [0.1]) / 2, max(xs + [1e4]) * 2
-    import numpy as np
+def module_pattern(paths: list[str]) -> str:
+    """One label for the same op in many modules: the parts that differ become
+    `*` (`layers.*.mlp.up_proj` for 32 decoder layers)."""
+    paths = list(dict.fromkeys(p or "(model)" for p in paths))
+    if len(paths) == 1:
+        return paths[0]
+    split = [p.split(".") for p in paths]
+    if len({len(parts) for parts in split}) > 1:
+        return f"{paths[0]} and {len(paths) - 1} more"
+    return ".".join(parts[0] if len(set(parts)) == 1 else "*" for parts in zip(*split, strict=True))
 
+
+def op_groups(rows) -> list[list]:
+    """Ops with the same op, phase, shapes and dtype (the same kernel in every
+    layer), slowest group first."""
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        key = (r.op, r.phase, str(r.shapes), r.dtype, r.category)
+        groups.setdefault(key, []).append(r)
+    return sorted(groups.values(), key=lambda g: sum(r.time_s for r in g), reverse=True)
+
+
+def roofline_svg(analysis) -> str:
+    import numpy as np
+    from matplotlib.lines import Line2D
+
+    spec = analysis.spec
+    fig, ax = _figure(9, 5.5)
+    timed = [r for r in analysis.rows if r.flops > 0 and r.bytes > 0 and r.time_s > 0]
+    groups = op_groups(timed)[:MAX_POINTS]
+    bandwidth = spec.memory_bandwidth_bytes_per_s
+    xs = np.array([g[0].arithmetic_intensity for g in groups] or [1.0])
+    ys = np.array([g[0].flops / g[0].time_s for g in groups] or [1.0])
+    ridges = [u.peak_flops_per_s / bandwidth for u in spec.math.values()]
+    peak = max(u.peak_flops_per_s for u in spec.math.values())
+    # The axes span the points and the ridges, not a fixed range: points spread out.
+    lo, hi = min(xs.min(), *ridges) / 3, max(xs.max(), *ridges) * 3
     grid = np.logspace(np.log10(lo), np.log10(hi), 200)
-    for dtype, unit in spec.math.items():
+    roofs = []
+    for i, (dtype, unit) in enumerate(spec.math.items()):
         roof = np.minimum(unit.peak_flops_per_s, grid * bandwidth)
-        ax.plot(
-            grid, roof, lw=1, label=f"{dtype} roof (ridge {unit.peak_flops_per_s / bandwidth:.0f})"
+        shade = 0.15 + 0.45 * i / max(1, len(spec.math) - 1)
+        (line,) = ax.plot(
+            grid,
+            roof,
+            lw=1,
+            color=str(shade),
+            ls=ROOF_STYLES[i % len(ROOF_STYLES)],
+            label=f"{dtype} roof (ridge {unit.peak_flops_per_s / bandwidth:.0f})",
         )
+        roofs.append(line)
     total = max(analysis.time_s, 1e-30)
+    times = [sum(r.time_s for r in g) for g in groups]
     sc = ax.scatter(
-        xs,
-        [r.flops / r.time_s for r in rows],
-        s=[max(4, 2000 * r.time_s / total) for r in rows],
-        c=[CATEGORY_COLORS.get(r.category, "#000") for r in rows],
+        xs[: len(groups)],
+        ys[: len(groups)],
+        s=[max(6.0, 3000 * t / total) for t in times],
+        c=[CATEGORY_COLORS.get(g[0].category, "#000") for g in groups],
         alpha=0.6,
+        edgecolors="#333",
+        linewidths=0.3,
     )
     sc.set_gid("roofline-points")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(min(ys.min(), peak) / 3, peak * 2)
     ax.set_xlabel("arithmetic intensity (FLOPs per byte)")
     ax.set_ylabel("achieved FLOP/s (predicted)")
-    ax.set_title(f"roofline of {spec.id}: one point per op, area = time")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(
+        f"roofline of {spec.id}: one point per op and shape, area = its share of the step",
+        fontsize=10,
+    )
+    shown = {g[0].category for g in groups}
+    markers = [
+        Line2D([], [], ls="", marker="o", color=color, alpha=0.7, label=name)
+        for name, color in CATEGORY_COLORS.items()
+        if name in shown
+    ]
+    # legends beside the axes: inside, they would hide points or roofs
+    ops = ax.legend(
+        handles=markers, fontsize=7, title="ops", loc="upper left", bbox_to_anchor=(1.01, 1)
+    )
+    ax.add_artist(ops)
+    ax.legend(handles=roofs, fontsize=7, title="roofs", loc="lower left", bbox_to_anchor=(1.01, 0))
     svg = _svg(fig)
     titles = [
         html.escape(
-            f"{r.module or '(model)'} {r.op} {r.phase} {r.shapes[:2]} "
-            f"{r.bound}-bound {r.time_s * 1e6:.1f} us"
+            f"{len(g)} x {module_pattern([r.module for r in g])} {g[0].op} {g[0].phase} "
+            f"{g[0].shapes[:2]} {g[0].bound}-bound, {g[0].time_s * 1e6:.1f} us each, "
+            f"{t * 1e3:.3f} ms in all"
         )
-        for r in rows
+        for g, t in zip(groups, times, strict=True)
     ]
     return _add_titles(svg, "roofline-points", titles)
 
@@ -147,23 +203,34 @@ def scatter_svg(title, xs, ys, xlabel, ylabel) -> str:
     return _svg(fig)
 
 
-def _table(headers: list[str], rows: list[list], note: str = "") -> str:
+class Raw(str):
+    """A table cell that is already HTML (the renderer's own markup, never user text)."""
+
+
+def _cell(value) -> str:
+    return value if isinstance(value, Raw) else html.escape(str(value))
+
+
+def _table(headers: list[str], rows: list[list], note: str = "", css: str = "") -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows
-    )
+    head = f"<thead><tr>{head}</tr></thead>" if any(headers) else ""
+    body = "".join("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in row) + "</tr>" for row in rows)
     extra = f"<p class='note'>{html.escape(note)}</p>" if note else ""
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{extra}"
+    cls = f" class='{css}'" if css else ""
+    return f"<table{cls}>{head}<tbody>{body}</tbody></table>{extra}"
 
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f} ms"
 
 
-def render(analysis, memory=None, advice=None, measurement=None) -> str:
+def _panel(*parts: str, wide: bool = False) -> str:
+    return f"<section class='{'panel wide' if wide else 'panel'}'>" + "".join(parts) + "</section>"
+
+
+def _summary(analysis, memory) -> str:
     totals = analysis.totals
-    parts = [f"<h1>dlperf: {html.escape(analysis.model)} on {html.escape(analysis.gpu)}</h1>"]
-    summary = [
+    rows = [
         ["precision", analysis.precision],
         ["step", "training" if analysis.training else "inference"],
         ["parameters", f"{analysis.params / 1e6:,.1f} M"],
@@ -178,40 +245,51 @@ def render(analysis, memory=None, advice=None, measurement=None) -> str:
         ["FLOPs / bytes", f"{totals['flops']:.3e} / {totals['bytes']:.3e}"],
     ]
     if memory is not None:
-        summary.append(
-            [
-                "peak memory",
-                f"{memory.peak_bytes / 2**30:.2f} GiB of "
-                f"{memory.capacity_bytes / 2**30:.0f} GiB ({memory.peak_phase})",
-            ]
+        text = html.escape(
+            f"{memory.peak_bytes / 2**30:.2f} GiB of {memory.capacity_bytes / 2**30:.0f} GiB "
+            f"({memory.peak_phase}): "
         )
-    parts.append(_table(["", ""], summary))
-    parts.append("<h2>Roofline</h2>" + roofline_svg(analysis))
-    if len([r for r in analysis.rows if r.flops]) > MAX_POINTS:
-        parts.append(f"<p class='note'>The {MAX_POINTS} slowest ops are drawn.</p>")
-    parts.append("<h2>Where the time goes</h2>" + category_svg(analysis))
-    modules = sorted(analysis.modules(2).items(), key=lambda kv: kv[1]["time_s"], reverse=True)[:20]
-    parts.append(
-        bars_svg(
-            "time by module (depth 2)",
-            [m for m, _ in modules],
-            [1e3 * v["time_s"] for _, v in modules],
-            "ms",
-        )
+        verdict = "<b class='ok'>fits</b>" if memory.fits else "<b class='bad'>does not fit</b>"
+        rows.append(["peak memory", Raw(text + verdict)])
+    return _table(["", ""], rows, css="summary")
+
+
+def _modules(analysis) -> str:
+    lines = module_tree(analysis, depth=2)
+    top = [line for line in lines if line.level == 1]
+    chart = bars_svg(
+        "time by top-level module (% of the step)",
+        [line.path for line in top],
+        [100 * line.share_of_step for line in top],
+        "% of the step",
     )
-    phases = analysis.phases
-    parts.append(
-        bars_svg("time by phase", list(phases), [1e3 * p["time_s"] for p in phases.values()], "ms")
+    rows = [
+        [
+            Raw("&nbsp;" * 4 * (line.level - 1) + html.escape(line.path)),
+            line.ops,
+            _ms(line.time_s),
+            f"{line.share_of_step:.1%}" if line.level == 1 else "",
+            f"{line.share_of_parent:.1%}" if line.level > 1 else "",
+        ]
+        for line in lines
+    ]
+    return chart + _table(
+        ["module", "ops", "time", "% of step", "% of parent"],
+        rows,
+        "Top-level modules, each with its slowest sub-modules as shares of it.",
     )
-    gemm_rows = []
-    for r in sorted((r for r in analysis.rows if r.gemms), key=lambda r: r.time_s, reverse=True)[
-        :MAX_ROWS
-    ]:
+
+
+def _gemms(analysis) -> str:
+    rows = [r for r in analysis.rows if r.gemms]
+    table, groups = [], op_groups(rows)
+    for group in groups[:MAX_ROWS]:
+        r = group[0]
         for g in r.gemms:
             flags = [d.upper() for d, v in g.alignment.items() if v != "ok"]
-            gemm_rows.append(
+            table.append(
                 [
-                    r.module,
+                    module_pattern([x.module for x in group]),
                     r.op.split(".")[1] if "." in r.op else r.op,
                     r.phase,
                     g.m,
@@ -223,54 +301,88 @@ def render(analysis, memory=None, advice=None, measurement=None) -> str:
                     f"{g.tile_efficiency:.0%}",
                     f"{g.wave_efficiency:.0%}",
                     "misaligned " + "/".join(flags) if flags else "ok",
+                    len(group),
                     _ms(g.time_s),
+                    _ms(g.time_s * len(group)),
                 ]
             )
-    parts.append(
-        "<h2>GEMMs</h2>"
-        + _table(
-            [
-                "module",
-                "op",
-                "phase",
-                "M",
-                "N",
-                "K",
-                "count",
-                "dtype",
-                "tile",
-                "tile eff.",
-                "wave eff.",
-                "alignment",
-                "time",
-            ],
-            gemm_rows,
-            f"The {MAX_ROWS} slowest GEMM-backed ops." if len(gemm_rows) >= MAX_ROWS else "",
-        )
-    )
-    if memory is not None:
-        terms = {
-            "weights": memory.weights_bytes,
-            "gradients": memory.gradients_bytes,
-            "optimizer": memory.optimizer_bytes,
-            "activations": memory.activations_bytes,
-            "transient": memory.transient_bytes,
-            "overhead": memory.overhead_bytes,
-        }
-        parts.append(
-            "<h2>Memory</h2>"
-            + bars_svg(
-                "memory of one training step",
-                list(terms),
-                [v / 2**30 for v in terms.values()],
-                "GiB",
-            )
-        )
-        top = list(memory.by_module.items())[:15]
-        parts.append(
+    note = "Ops with the same op, phase, shapes and dtype are one row; `*` marks where their "
+    note += "modules differ."
+    if len(groups) > MAX_ROWS:
+        note += f" The {MAX_ROWS} slowest groups of {len(groups)}."
+    headers = ["modules", "op", "phase", "M", "N", "K", "GEMMs/op", "dtype", "tile"]
+    headers += ["tile eff.", "wave eff.", "alignment", "ops", "time/op", "total"]
+    return _table(headers, table, note)
+
+
+def _memory(memory) -> list[str]:
+    terms = {
+        "weights": memory.weights_bytes,
+        "gradients": memory.gradients_bytes,
+        "optimizer": memory.optimizer_bytes,
+        "activations": memory.activations_bytes,
+        "transient": memory.transient_bytes,
+        "overhead": memory.overhead_bytes,
+    }
+    verdict = "fits" if memory.fits else "DOES NOT FIT"
+    top = list(memory.by_module.items())[:15]
+    return [
+        bars_svg(
+            f"memory of one training step: {memory.peak_bytes / 2**30:.1f} of "
+            f"{memory.capacity_bytes / 2**30:.0f} GiB, {verdict}",
+            list(terms),
+            [v / 2**30 for v in terms.values()],
+            "GiB",
+        ),
+        bars_svg("activations by module", [m for m, _ in top], [v / 2**30 for _, v in top], "GiB"),
+    ]
+
+
+STYLE = (
+    "body{font-family:sans-serif;margin:1.5em 2em;color:#222}"
+    ".row{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:1.5em;"
+    "align-items:start}"
+    ".row.lead{grid-template-columns:minmax(300px,1fr) minmax(560px,2.2fr)}"
+    ".panel{min-width:0}.wide{grid-column:1/-1}"
+    "table{border-collapse:collapse;font-size:12px;margin:1em 0;width:100%}"
+    "table.summary{font-size:14px}"
+    "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}"
+    "th{background:#f0f0f0}.note{color:#666;font-size:12px}"
+    "svg{width:100%;height:auto}.bad{color:#c00}.ok{color:#080}"
+)
+
+
+def render(analysis, memory=None, advice=None, measurement=None) -> str:
+    title = f"dlperf: {html.escape(analysis.model)} on {html.escape(analysis.gpu)}"
+    roofline = "<h2>Roofline</h2>" + roofline_svg(analysis)
+    if len(op_groups(r for r in analysis.rows if r.flops)) > MAX_POINTS:
+        roofline += f"<p class='note'>The {MAX_POINTS} slowest groups of ops are drawn.</p>"
+    parts = [
+        f"<h1>{title}</h1>",
+        "<div class='row lead'>"
+        + _panel("<h2>Summary</h2>", _summary(analysis, memory))
+        + _panel(roofline)
+        + "</div>",
+        "<h2>Where the time goes</h2>",
+        "<div class='row'>"
+        + _panel(category_svg(analysis))
+        + _panel(
             bars_svg(
-                "activations by module", [m for m, _ in top], [v / 2**30 for _, v in top], "GiB"
+                "time by phase",
+                list(analysis.phases),
+                [1e3 * p["time_s"] for p in analysis.phases.values()],
+                "ms",
             )
+        )
+        + _panel(_modules(analysis))
+        + "</div>",
+        "<h2>GEMMs</h2>" + _gemms(analysis),
+    ]
+    if memory is not None:
+        parts.append(
+            "<h2>Memory</h2><div class='row'>"
+            + "".join(_panel(chart) for chart in _memory(memory))
+            + "</div>"
         )
     if advice is not None:
         parts.append(
@@ -309,14 +421,8 @@ def render(analysis, memory=None, advice=None, measurement=None) -> str:
                     "predicted s",
                 )
             )
-    style = (
-        "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-        "table{border-collapse:collapse;font-size:12px;margin:1em 0}"
-        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}"
-        "th{background:#f0f0f0}.note{color:#666;font-size:12px}svg{max-width:100%}"
-    )
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
-        f"<title>dlperf report: {html.escape(analysis.model)}</title><style>{style}</style>"
+        f"<title>dlperf report: {html.escape(analysis.model)}</title><style>{STYLE}</style>"
         "</head><body>" + "\n".join(parts) + "</body></html>\n"
     )

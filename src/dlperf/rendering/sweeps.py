@@ -118,43 +118,54 @@ def pooling(spec):
     )
 
 
-def _lstm_step(spec, hidden, batch, persistent: bool) -> float:
-    """One recurrent-path forward step: the 4H x B x H GEMM, weights from DRAM
-    (standard) or kept on chip (persistent: only the activations move)."""
-    moved = (batch * hidden * 2 + 4 * hidden * batch * 2) if persistent else 0
-    r = predict_many(
-        np.array([4 * hidden]),
-        np.array([batch]),
-        np.array([hidden]),
-        np.array([1]),
-        spec,
-        "fp16",
-        tensor_bytes=np.array([moved], dtype=float),
-    )
-    return float(r["time_s"][0]) * 1e6
+# The sequence length of the recurrent-layers guide's persistence study (GNMT).
+LSTM_SEQ = 256
+
+
+def _lstm_step(spec, hidden: int, batch: int, persistent: bool) -> float:
+    """Microseconds per step of one LSTM layer's recurrent forward path (fp16),
+    priced as the analysis prices it: the standard kernels launch one GEMM per
+    step and read the weights each time; the persistent kernel launches once
+    for the sequence and keeps them on chip. NaN where cuDNN would not run the
+    persistent kernel (the guide's limits on hidden size and minibatch)."""
+    from ..analysis import price_cost
+    from ..ops import Cost
+    from ..ops.rnn import persistence, rnn_gemms
+
+    info = {
+        "mode": "LSTM",
+        "hidden_size": hidden,
+        "batch": batch,
+        "seq": LSTM_SEQ,
+        "num_layers": 1,
+        "input_size": hidden,
+        "bidirectional": False,
+    }
+    if persistent and not persistence(info, "fp16")[0]:
+        return float("nan")
+    gemms = rnn_gemms(info, "forward", "fp16", "fp16", persistent=persistent)
+    recurrent = tuple(g for g in gemms if g.role == "recurrent forward")
+    return price_cost(Cost(gemms=recurrent), spec, "fp16")[0] / LSTM_SEQ * 1e6
 
 
 @sweep(
-    "lstm", "LSTM recurrent step vs hidden size (batch 64) and vs minibatch (hidden 1024)", "a100"
+    "lstm",
+    f"LSTM recurrent step vs hidden size (batch 64, sequence {LSTM_SEQ}), standard vs persistent",
+    "a100",
 )
 def lstm(spec):
-    from ..ops.rnn import PERSISTENT_MAX_HIDDEN
-
     hiddens = [128, 256, 512, 768, 1024, 1536, 2048, 4096]
     out = {
         "hidden": hiddens,
         "standard_us": [_lstm_step(spec, h, 64, False) for h in hiddens],
-        "persistent_us": [
-            _lstm_step(spec, h, 64, True) if h <= PERSISTENT_MAX_HIDDEN["LSTM"] else float("nan")
-            for h in hiddens
-        ],
+        "persistent_us": [_lstm_step(spec, h, 64, True) for h in hiddens],
     }
     return out, ("hidden", ["standard_us", "persistent_us"], "duration per step (us)", True)
 
 
 @sweep(
     "lstm-minibatch",
-    "LSTM recurrent step vs minibatch (hidden 1024), standard vs persistent",
+    f"LSTM recurrent step vs minibatch (hidden 1024, sequence {LSTM_SEQ}), standard vs persistent",
     "a100",
 )
 def lstm_minibatch(spec):

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
+
+from .modules import module_tree
 
 
 def _si(value: float, unit: str) -> str:
@@ -22,27 +25,53 @@ def seconds(value: float) -> str:
     return f"{value * 1e6:.3g} us"
 
 
-def gpus_table(specs, console: Console | None = None) -> None:
-    console = console or Console(emoji=False)
-    table = Table(title="GPU catalogue (dense peaks)")
-    for col in ("id", "name", "SMs", "memory", "bandwidth", "fp32", "tf32", "fp16", "int8"):
-        table.add_column(col, justify="right" if col not in ("id", "name") else "left")
-    for s in specs:
+def _tflops(spec, dtype: str) -> str:
+    if dtype not in spec.math:
+        return "-"
+    value = spec.math[dtype].peak_flops_per_s / 1e12
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
-        def peak(d, s=s):
-            return _si(s.math[d].peak_flops_per_s, "FLOP/s") if d in s.math else "-"
 
-        table.add_row(
-            s.id,
-            s.name,
-            str(s.sm_count),
-            f"{s.memory_bytes / 2**30:.0f} GiB",
-            _si(s.memory_bandwidth_bytes_per_s, "B/s"),
-            peak("fp32"),
-            peak("tf32"),
-            peak("fp16"),
-            peak("int8"),
+# The catalogue's columns, left to right; units live in the title so cells stay short.
+GPU_COLUMNS = {
+    "id": lambda s: s.id,
+    "SMs": lambda s: str(s.sm_count),
+    "GiB": lambda s: f"{s.memory_bytes / 2**30:.0f}",
+    "GB/s": lambda s: f"{s.memory_bandwidth_bytes_per_s / 1e9:,.0f}",
+    **{d: (lambda s, d=d: _tflops(s, d)) for d in ("fp32", "tf32", "fp16", "bf16", "int8")},
+    "name": lambda s: s.name,
+}
+# Which columns a narrow terminal loses first; the id is never dropped or cut.
+GPU_DROP_ORDER = ("name", "int8", "tf32", "SMs", "bf16", "GB/s", "fp32", "GiB", "fp16")
+
+
+def _gpu_table(specs, columns: list[str], dropped: bool) -> Table:
+    table = Table(
+        title="GPU catalogue: memory in GiB, bandwidth in GB/s, dense peaks in TFLOP/s",
+        caption="more columns in a wider terminal, all with --json" if dropped else None,
+    )
+    for col in columns:
+        wide = col == "id"
+        table.add_column(
+            col,
+            justify="left" if col in ("id", "name") else "right",
+            no_wrap=wide,
+            min_width=max(len(s.id) for s in specs) if wide and specs else None,
         )
+    for s in specs:
+        table.add_row(*(GPU_COLUMNS[col](s) for col in columns))
+    return table
+
+
+def gpus_table(specs, console: Console | None = None) -> None:
+    """The catalogue as a table that fits the terminal: columns go, ids stay whole."""
+    console = console or Console(emoji=False)
+    columns, drops = list(GPU_COLUMNS), list(GPU_DROP_ORDER)
+    table = _gpu_table(specs, columns, dropped=False)
+    unbounded = console.options.update_width(10_000)  # measure the table's natural width
+    while drops and Measurement.get(console, unbounded, table).maximum > console.width:
+        columns.remove(drops.pop(0))
+        table = _gpu_table(specs, columns, dropped=True)
     console.print(table)
 
 
@@ -180,16 +209,18 @@ def analysis_report(a, top: int = 15, depth: int = 2, console: Console | None = 
         )
     console.print(phases)
 
-    modules = Table(title=f"by module (depth {depth}, top 20)")
-    for col in ("module", "ops", "time", "% time"):
+    modules = Table(
+        title=f"by module (top-level modules, then their slowest sub-modules to depth {depth})"
+    )
+    for col in ("module", "ops", "time", "% of step", "% of parent"):
         modules.add_column(col, justify="right" if col != "module" else "left")
-    ranked = sorted(a.modules(depth).items(), key=lambda kv: kv[1]["time_s"], reverse=True)
-    for name, m in ranked[:20]:
+    for line in module_tree(a, depth):
         modules.add_row(
-            name,
-            str(m["ops"]),
-            seconds(m["time_s"]),
-            f"{m['time_s'] / max(totals['time_s'], 1e-30):.1%}",
+            "  " * (line.level - 1) + escape(line.path),
+            str(line.ops),
+            seconds(line.time_s),
+            f"{line.share_of_step:.1%}" if line.level == 1 else "",
+            f"{line.share_of_parent:.1%}" if line.level > 1 else "",
         )
     console.print(modules)
 
@@ -254,9 +285,13 @@ def memory_report(r, console: Console | None = None) -> None:
     for name, value in list(r.by_module.items())[:12]:
         mods.add_row(name, gib(value))
     console.print(mods)
-    if r.max_batch is not None:
+    if r.max_batch == 0:  # the search found no batch at all
+        console.print("[red]does not fit even at batch 1[/]")
+    elif r.max_batch is not None:
         console.print(f"largest batch that fits: {r.max_batch}")
-    if r.max_seq_len is not None:
+    if r.max_seq_len == 0:  # the sequence search starts at 64 tokens (api.memory)
+        console.print("[red]no sequence length of 64 tokens or more fits at this batch[/]")
+    elif r.max_seq_len is not None:
         console.print(f"largest sequence length that fits at this batch: {r.max_seq_len}")
 
 
@@ -376,31 +411,67 @@ def trace_report(r, top: int = 15, console: Console | None = None) -> None:
         f"Tensor Core kernels: {r.tensor_core_kernels:,}; contraction kernels that "
         f"could use Tensor Cores but do not: {r.eligible_not_tensor_core_kernels:,}"
     )
-    table = Table(title="top offenders (time x distance from the roofline)")
-    for col in (
-        "op",
-        "shapes",
-        "dtype",
-        "kernels",
-        "time",
-        "achieved",
-        "of roofline",
-        "predicted",
-        "TC",
-    ):
+    kernel_time = sum(row.time_s for row in r.rows) + r.unpriced_time_s
+    if r.rows:
+        _trace_offenders(r.rows[:top], len(r.rows), kernel_time, console)
+    else:
+        console.print(
+            "[yellow]no kernel could be priced on the roofline[/]: profile with "
+            "record_shapes=True so that each op records its input shapes"
+        )
+    if r.unpriced:
+        _trace_unpriced(r.unpriced[:top], r, kernel_time, console)
+
+
+def _trace_offenders(rows, count: int, kernel_time: float, console: Console) -> None:
+    table = Table(
+        title=f"top offenders: kernel time above the roofline ({len(rows)} of {count} "
+        "groups of calls with the same op and input shapes)"
+    )
+    for col in ("op", "shapes", "dtype", "calls", "time", "% kernel", "roofline", "of roofline"):
         table.add_column(col, overflow="fold")
-    for row in r.rows[:top]:
-        achieved = _si(row.achieved_flops_per_s, "FLOP/s") if row.achieved_flops_per_s else ""
+    for col in ("achieved", "predicted", "TC"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        # a memory-bound op is better judged by its bandwidth than its FLOP rate
+        if row.flops and row.flops / row.bytes >= 1:
+            achieved = _si(row.achieved_flops_per_s, "FLOP/s")
+        else:
+            achieved = _si(row.achieved_bytes_per_s, "B/s")
         table.add_row(
-            row.op,
+            escape(row.op),
             _shapes_text(row.shapes, 2),
-            row.dtype,
-            str(row.kernels),
+            "/".join(dict.fromkeys(row.dtypes)),
+            f"{row.calls:,}",
             seconds(row.time_s),
+            f"{row.time_s / max(kernel_time, 1e-30):.1%}",
+            seconds(row.roofline_time_s),
+            f"{row.fraction_of_roofline:.0%}",
             achieved,
-            f"{row.fraction_of_roofline:.0%}" if row.fraction_of_roofline else "",
-            seconds(row.predicted_time_s) if row.predicted_time_s else "",
+            seconds(row.predicted_time_s),
             "yes" if row.tensor_cores else "",
+        )
+    console.print(table)
+
+
+def _trace_unpriced(unpriced, r, kernel_time: float, console: Console) -> None:
+    rest = len(r.unpriced) - len(unpriced)
+    table = Table(
+        title=f"not priced: {seconds(r.unpriced_time_s)} of kernel time "
+        f"({r.unpriced_time_s / max(kernel_time, 1e-30):.0%}) in {len(r.unpriced)} op(s) "
+        "with no roofline figure" + (f"; the {rest} smallest not shown" if rest > 0 else "")
+    )
+    for col in ("op", "why", "calls", "kernels", "time", "% kernel", "longest kernel"):
+        table.add_column(col, overflow="fold")
+    for u in unpriced:
+        table.add_row(
+            escape(u.op),
+            u.why,
+            f"{u.calls:,}",
+            f"{u.kernels:,}",
+            seconds(u.time_s),
+            f"{u.time_s / max(kernel_time, 1e-30):.1%}",
+            escape(u.kernel.removeprefix("void ")[:48]),
         )
     console.print(table)
 
