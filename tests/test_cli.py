@@ -21,8 +21,12 @@ def test_gemm_json_seed_example(capsys):
     )
     assert code == 0
     doc = json.loads(out)
+    # the guides' example: 124.1 FLOPs/B, below the datasheet ridge 125e12 / 900e9 = 138.9
     assert round(doc["arithmetic_intensity"], 1) == 124.1
-    assert doc["bound"] == "memory"
+    assert round(doc["ridge_ops_per_byte"], 1) == 138.9
+    # the verdict is the term that sets the predicted time (one rule, roofline.limiter)
+    terms = {"math": doc["math_time_s"], "memory": doc["memory_time_s"]}
+    assert doc["bound"] == max(terms, key=terms.get)
     code, out, _ = run(capsys, "gemm", "8192", "8192", "8192", "--gpu", "v100", "--json")
     doc = json.loads(out)
     assert int(doc["arithmetic_intensity"]) == 2730 and doc["bound"] == "math"
@@ -73,3 +77,159 @@ def test_module_entry_point_has_no_traceback():
     assert proc.returncode == 2
     assert proc.stderr.startswith("dlperf: error: unknown GPU 'nope'")
     assert "Traceback" not in proc.stderr
+
+
+# -- issue 10: one precision rule, defaults in --help, dlperf's own bugs ------------
+
+TINY_CNN = "examples/tiny_cnn.py:model"
+
+
+def test_auto_precision_follows_the_device():
+    from dlperf import gpu
+    from dlperf.precision import resolve_for
+
+    assert resolve_for(gpu("a100"), "auto").name == "amp-bf16"
+    assert resolve_for(gpu("v100"), "auto").name == "amp-fp16"  # Volta: fp16, no bf16
+    assert resolve_for(gpu("m40"), "auto").name == "fp32"  # Maxwell: fp32 and fp64 only
+    assert resolve_for(gpu("v100"), "fp16").name == "fp16"
+
+
+def test_precision_the_device_lacks_is_refused_by_the_api():
+    import torch
+
+    import dlperf
+
+    x = torch.empty(2, 8, device="meta")
+    with pytest.raises(dlperf.DlperfError, match="v100-sxm2-16gb has no bf16 math; use --pre"):
+        dlperf.analyze(torch.nn.Linear(8, 8), x, gpu="v100", precision="amp-bf16")
+    with pytest.raises(dlperf.DlperfError, match="has no tf32 math"):
+        dlperf.memory(torch.nn.Linear(8, 8), x, gpu="t4", precision="tf32")
+
+
+def test_help_shows_defaults(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # argparse wraps (and hyphen-breaks) to the terminal
+    for argv, shown in [
+        (["analyze", "--help"], ["(default: a100)", "(default: auto)", "(default: adamw)"]),
+        (["plan", "--help"], ["(default: 4 x GPUs x micro-batch)", "(default: 8)"]),
+        (["measure", "--help"], ["(default: fp32)", "(default: cpu)"]),
+    ]:
+        with pytest.raises(SystemExit):
+            main(argv)
+        text = capsys.readouterr().out
+        for words in shown:
+            assert words in text, (argv, words)
+        assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def test_gpus_table_fits_80_columns_with_whole_ids():
+    import io
+
+    from rich.console import Console
+
+    from dlperf import gpus
+    from dlperf.rendering.terminal import gpus_table
+
+    specs = gpus()
+    for width in (80, 60):
+        buffer = io.StringIO()
+        gpus_table(specs, Console(file=buffer, width=width))
+        lines = buffer.getvalue().splitlines()
+        assert max(len(line) for line in lines) <= width
+        cells = {cell.strip() for line in lines for cell in line.split("│")}
+        assert {s.id for s in specs} <= cells  # every id whole, in a cell of its own
+    wide = io.StringIO()
+    gpus_table(specs, Console(file=wide, width=200))
+    assert specs[0].name in wide.getvalue()  # a wide terminal keeps the names
+
+
+def test_memory_fit_when_not_even_one_sample_fits(capsys, tmp_path):
+    from pathlib import Path
+
+    import tomllib
+
+    spec = tomllib.loads(
+        (Path(__file__).parents[1] / "src/dlperf/hardware/specs/t4.toml").read_text()
+    )
+    spec.update(id="t4-1mib", memory_bytes=2**20)  # less than the CUDA context alone
+    path = tmp_path / "t4-1mib.json"
+    path.write_text(json.dumps(spec))
+    argv = ["memory", TINY_CNN, "--gpu", str(path), "--input", "2x3x32x32", "--fit"]
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    assert "does not fit even at batch 1" in out and "largest batch that fits" not in out
+    code, out, _ = run(capsys, *argv, "--json")
+    assert json.loads(out)["max_batch"] == 0
+
+
+def test_apply_takes_an_automatic_fix(capsys):
+    argv = ["advise", TINY_CNN, "--input", "2x3x32x32", "--apply", "channels-last", "--json"]
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    assert json.loads(out)["applied"] in ([], ["channels-last"])  # applied when it fires
+
+
+def _break_gemm(monkeypatch):
+    """A bug inside dlperf: the GEMM model raises a TypeError of its own."""
+    import importlib
+
+    def broken(*args, **kwargs):
+        raise TypeError("unsupported operand")
+
+    monkeypatch.setattr(importlib.import_module("dlperf.gemm"), "gemm", broken)
+
+
+def test_own_bug_is_one_line_exit_3(capsys, monkeypatch):
+    _break_gemm(monkeypatch)
+    code, out, err = run(capsys, "gemm", "64", "64", "64")
+    assert code == 3 and out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "dlperf bug" in err and "report" in err and "--debug" in err
+    assert "TypeError: unsupported operand" in err
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_shows_the_traceback(capsys, monkeypatch, where):
+    _break_gemm(monkeypatch)
+    argv = ["gemm", "64", "64", "64"]
+    argv = ["--debug", *argv] if where == "before" else [*argv, "--debug"]
+    code, _, err = run(capsys, *argv)
+    assert code == 3
+    assert "Traceback" in err and "dlperf bug" in err
+
+
+def test_gemm_sizes_at_the_limit_stay_inside_int64():
+    import warnings
+
+    import dlperf
+    from dlperf.gemm import MAX_MATRIX_ELEMENTS
+
+    side = 2**24  # C = side x side holds exactly the limit of 2**48 elements
+    assert side * side == MAX_MATRIX_ELEMENTS
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy overflow warnings fail the test
+        r = dlperf.gemm(side, side, 1, gpu="a100")
+    assert r.time_s > 0 and r.tiles > 0 and r.waves > 0
+    with pytest.raises(dlperf.DlperfError, match="matrix C would hold"):
+        dlperf.gemm(side + 1, side, 1, gpu="a100")
+
+
+def test_api_takes_input_shapes_as_text():
+    import torch
+
+    import dlperf
+
+    gpt = "hf:gpt2:layers=1,hidden=64,heads=2,vocab=128,positions=64"
+    a = dlperf.analyze(gpt, "2x16", gpu="a100")
+    assert a.model == gpt and a.batch == 2
+    named = dlperf.analyze(torch.nn.Linear(8, 4), ["3x8"], gpu="a100")
+    assert named.model == "Linear" and named.batch == 3
+
+
+def test_report_into_a_missing_folder_is_one_error(tmp_path):
+    import torch
+
+    import dlperf
+
+    a = dlperf.analyze(torch.nn.Linear(8, 4), torch.empty(2, 8, device="meta"), gpu="a100")
+    with pytest.raises(dlperf.DlperfError, match="cannot write .*No such file or directory"):
+        dlperf.report(a, tmp_path / "missing" / "r.html")

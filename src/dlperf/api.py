@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import replace
 
+import torch
 from torch import nn
 
 from .analysis import Analysis, analyze_trace
 from .errors import DlperfError
 from .hardware import HardwareSpec
 from .hardware import gpu as get_gpu
-from .models import load_model
-from .precision import precision as get_precision
+from .models import LoadedModel, load_model, parse_input
+from .precision import resolve_for
 from .tracing import trace, within
 
 
@@ -35,26 +38,91 @@ def analyze(
     changed: it runs on fake tensors.
     """
     spec = get_gpu(gpu)
-    policy = get_precision(precision)
+    policy = resolve_for(spec, precision)
     name, model, inputs = _resolve(model, inputs, batch, seq_len)
     recorded = trace(model, inputs, training=training, precision=policy, progress=progress)
     return analyze_trace(recorded, spec, model_name=name, optimizer=optimizer if training else "")
 
 
-def _resolve(model, inputs, batch, seq_len):
-    name = type(model).__name__
-    if isinstance(model, str):
+def resolve_model(model, inputs=None, batch=None, seq_len=None) -> LoadedModel:
+    """The model and inputs of every verb that takes a model, resolved one way.
+
+    `model` is a name (see models.py), an nn.Module, or a LoadedModel already
+    resolved. `inputs` is None for the model's own (a named model's defaults
+    at `batch` and `seq_len`, or what a model file's factory returns, resized
+    by `batch` and `seq_len` when given), shapes as text ("8x3x224x224",
+    "4x128:int64", one or a list), or tensors (a tensor, tuple or dict).
+    A token model (hf:) given one tensor of ids feeds it to every id input
+    (input_ids, labels, decoder_input_ids); shapes without a dtype are ids.
+    """
+    shapes = _shape_texts(inputs)
+    if inputs is not None and (batch or seq_len):
+        raise DlperfError(
+            "--batch and --seq-len size the default inputs; with --input, give the sizes "
+            "in the shape (like 8x3x224x224 or 8x512)"
+        )
+    if isinstance(model, LoadedModel):
+        loaded = model
+    elif isinstance(model, str):
         loaded = load_model(model, batch=batch, seq_len=seq_len)
-        name, model = loaded.name, loaded.module
-        inputs = loaded.inputs if inputs is None else inputs
+    elif isinstance(model, nn.Module):
+        loaded = LoadedModel(type(model).__name__, model, None, "module")
+    else:
+        raise DlperfError(
+            f"a model is a name like torchvision:resnet50 or an nn.Module, "
+            f"not {type(model).__name__}"
+        )
+    tokens = loaded.family == "sequence"
+    if shapes is not None:
+        if tokens and len(shapes) > 1:
+            raise DlperfError(f"{loaded.name} takes one --input: its token ids, like 8x512")
+        inputs = [_shape(text, tokens) for text in shapes]
+        inputs = inputs[0] if len(inputs) == 1 else tuple(inputs)
+    elif inputs is None:
+        inputs = loaded.inputs
+        if loaded.family == "user" and inputs is not None and (batch or seq_len):
+            from .training_memory import resize_inputs
+
+            inputs = resize_inputs(inputs, batch=batch, seq_len=seq_len)
+    if tokens and isinstance(inputs, torch.Tensor):
+        if inputs.is_floating_point():
+            raise DlperfError(
+                f"{loaded.name} takes token ids: give --input like 8x512 (int64), "
+                f"not {str(inputs.dtype).removeprefix('torch.')}"
+            )
+        inputs = loaded.token_inputs(inputs)
     if inputs is None:
-        raise DlperfError("no inputs given: pass a tensor of the input's shape (meta is fine)")
-    return name, model, inputs
+        raise DlperfError(
+            f"no inputs for {loaded.name}: give --input SHAPE (from Python, a tensor of the "
+            "input's shape; meta is fine)"
+        )
+    return replace(loaded, inputs=inputs)
+
+
+def _shape_texts(inputs) -> list[str] | None:
+    """Input shapes given as text (the command line's --input), else None."""
+    if isinstance(inputs, str):
+        return [inputs]
+    if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(t, str) for t in inputs):
+        return list(inputs)
+    return None
+
+
+def _shape(text: str, tokens: bool):
+    """A meta tensor for one --input shape; a token model's default dtype is int64."""
+    tensor = parse_input(text)
+    if tokens and ":" not in text:
+        tensor = torch.empty(tensor.shape, dtype=torch.int64, device="meta")
+    return tensor
+
+
+def _resolve(model, inputs, batch, seq_len):
+    """resolve_model as (name, module, inputs)."""
+    loaded = resolve_model(model, inputs, batch, seq_len)
+    return loaded.name, loaded.module, loaded.inputs
 
 
 def _first_tensor(inputs):
-    import torch
-
     if isinstance(inputs, torch.Tensor):
         return inputs
     values = inputs.values() if isinstance(inputs, dict) else inputs
@@ -65,7 +133,7 @@ def memory(
     model,
     inputs=None,
     gpu: str | HardwareSpec = "a100-sxm4-80gb",
-    precision: str = "amp-bf16",
+    precision: str = "auto",
     optimizer: str = "adamw",
     checkpoint: str = "none",
     accumulate: int = 1,
@@ -78,7 +146,8 @@ def memory(
 
     `checkpoint` is none, blocks, every:K or sqrt (over the model's repeated
     blocks); `accumulate` splits the batch into that many micro-batches; `fit`
-    also finds the largest batch (and sequence length) that fits the GPU.
+    also finds the largest batch (and sequence length) that fits the GPU:
+    `max_batch` is 0 when not even one sample fits (None without `fit`).
     """
     from .training_memory import (
         OPTIMIZERS,
@@ -90,7 +159,7 @@ def memory(
     )
 
     spec = get_gpu(gpu)
-    policy = get_precision(precision)
+    policy = resolve_for(spec, precision)
     parse_checkpoint(checkpoint)
     if optimizer not in OPTIMIZERS:
         raise DlperfError(f"unknown optimizer {optimizer!r}; choose from: {', '.join(OPTIMIZERS)}")
@@ -271,7 +340,7 @@ def plan(
     gpus_per_node: int = 8,
     global_batch: int | None = None,
     micro_batch: int | None = None,
-    precision: str = "amp-bf16",
+    precision: str = "auto",
     optimizer: str = "adamw",
     node_network_bytes_per_s: float | None = None,
     seq_len: int | None = None,
@@ -282,13 +351,16 @@ def plan(
     from .parallel import interconnect_for, plans
 
     spec = get_gpu(gpu)
-    policy = get_precision(precision)
+    policy = resolve_for(spec, precision)
     if gpus < 1 or gpus_per_node < 1:
         raise DlperfError("--gpus and --gpus-per-node must be positive")
-    name, model, inputs = _resolve(model, inputs, micro_batch or 1, seq_len)
+    if node_network_bytes_per_s is not None and not 0 < node_network_bytes_per_s < math.inf:
+        raise DlperfError("the inter-node network bandwidth must be a positive number")
+    # The default inputs are traced at the micro-batch (1 unless given).
+    default_batch = (micro_batch or 1) if inputs is None else None
+    name, model, inputs = _resolve(model, inputs, default_batch, seq_len)
     first = _first_tensor(inputs)
-    sequence = first is not None and first.dim() == 2 and not first.is_floating_point()
-    mb = micro_batch or (1 if sequence else int(first.shape[0]) if first is not None else 1)
+    mb = micro_batch or (int(first.shape[0]) if first is not None and first.dim() else 1)
     batch = global_batch or 4 * gpus * mb
     profile = _profile(model, inputs, name, spec, policy, optimizer, mb)
     net = interconnect_for(spec, min(gpus_per_node, gpus), node_network_bytes_per_s)
@@ -351,15 +423,25 @@ def measure(
     batch: int | None = None,
     seq_len: int | None = None,
     steps: int = 3,
+    gpu: str | None = None,
 ):
     """Run the model for real on `device` and compare each op with its prediction.
 
-    The prediction uses the device's own spec (`--gpu cpu` probes this machine).
+    The prediction uses the device's own spec (the CPU is probed once). The
+    model and inputs given are not changed: a copy runs. `gpu` is refused
+    unless it names the device at hand: nothing runs on a GPU that is not here.
     """
     from .measurement.run import measure_model
 
-    policy = get_precision(precision)
-    name, module, inputs = _resolve(model, inputs, batch, seq_len)
+    if device not in ("cpu", "cuda"):
+        raise DlperfError(f"unknown device {device!r}; use cpu or cuda")
+    if gpu is not None and not (device == "cpu" and str(gpu).lower() in ("cpu", "local")):
+        raise DlperfError(
+            f"measure runs on this machine's device, not on --gpu {gpu}: drop --gpu and "
+            "choose --device cpu or cuda (to predict another GPU, use dlperf analyze --gpu)"
+        )
+    loaded = resolve_model(model, inputs, batch, seq_len)
+    name, module, inputs = loaded.name, loaded.module, loaded.inputs
     if device == "cpu":
         spec = get_gpu("cpu")
     else:
@@ -373,10 +455,17 @@ def measure(
         if not found:
             raise DlperfError("this GPU is not in the catalogue; run `dlperf calibrate` first")
         spec = get_gpu(found)
+    policy = resolve_for(spec, precision)
     predicted = analyze(
         module, inputs, gpu=spec, precision=policy, training=training, optimizer="adamw"
     )
-    return measure_model(name, module, inputs, predicted, device, policy, training, steps)
+    # A model named or built without weights runs with real, initialised ones:
+    # rebuilt by its loader, since a meta model's custom parameters have no
+    # reset_parameters to refill them.
+    runnable = module
+    if loaded.build_real and any(p.is_meta for p in module.parameters()):
+        runnable = loaded.build_real()
+    return measure_model(name, runnable, inputs, predicted, device, policy, training, steps)
 
 
 def report(analysis, path, memory=None, advice=None, measurement=None) -> str:
@@ -386,5 +475,9 @@ def report(analysis, path, memory=None, advice=None, measurement=None) -> str:
 
     from .rendering.html import render
 
-    Path(path).write_text(render(analysis, memory, advice, measurement))
+    page = render(analysis, memory, advice, measurement)
+    try:
+        Path(path).write_text(page)
+    except OSError as err:
+        raise DlperfError(f"cannot write {path}: {err.strerror or err}") from None
     return str(path)

@@ -5,14 +5,37 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import tempfile
+import traceback
+from pathlib import Path
 
 from .dtypes import DTYPES
-from .errors import DlperfError
+from .errors import DlperfError, InternalError, first_line
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Help that states each option's default, where it has one to state."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (
+            not action.option_strings
+            or action.nargs == 0  # flags: their help says what they switch
+            or action.default in (None, argparse.SUPPRESS)
+            or "default" in text
+        ):
+            return text
+        return f"{text} (default: %(default)s)".lstrip()
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors on one line with exit code 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         self.exit(2, f"dlperf: error: {message} (see `{self.prog} --help`)\n")
@@ -26,6 +49,49 @@ def _positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text} must be positive")
     return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < math.inf:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number")
+    return value
+
+
+def _writable_file(path: str, flag: str = "--out") -> None:
+    """Refuse an output file that cannot be written, before any work is done."""
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise DlperfError(f"{flag} {path} is a folder; name a file in it")
+    if not folder.exists():
+        raise DlperfError(f"{flag} {path}: folder {folder} does not exist; create it first")
+    if not folder.is_dir():
+        raise DlperfError(f"{flag} {path}: {folder} is not a folder")
+    existed = target.exists()
+    try:
+        with open(target, "a"):  # appending nothing changes nothing
+            pass
+    except OSError as err:
+        raise DlperfError(f"cannot write {flag} {path}: {err.strerror or err}") from None
+    if not existed:
+        target.unlink()  # no empty file left behind if the work fails
+
+
+def _writable_folder(path: str, flag: str = "--out") -> None:
+    """Create an output folder (as the verb would) and prove files can be written in it."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise DlperfError(f"{flag} {path} is a file; name a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise DlperfError(f"cannot write into {flag} {path}: {err.strerror or err}") from None
 
 
 def _print_json(doc) -> None:
@@ -61,39 +127,26 @@ def cmd_gemm(args) -> int:
     return _emit(args, result, gemm_report)
 
 
-def _model_inputs(args):
-    """Inputs from --input shapes, or None for the model's defaults."""
-    if not args.input:
-        return None
-    from .models import parse_input
-
-    tensors = [parse_input(text) for text in args.input]
-    return tensors[0] if len(tensors) == 1 else tuple(tensors)
+# Every verb that takes a model hands MODEL, --input, --batch and --seq-len to
+# the API as they are: `api.resolve_model` turns them into a module and inputs.
 
 
 def cmd_analyze(args) -> int:
     from .api import analyze
-    from .models import load_model
     from .rendering.terminal import analysis_report
 
-    loaded = load_model(args.model, batch=args.batch, seq_len=args.seq_len)
-    inputs = _model_inputs(args)
-    if inputs is not None and loaded.family == "sequence" and not isinstance(inputs, tuple):
-        inputs = (
-            {"input_ids": inputs, "labels": inputs} if not inputs.is_floating_point() else inputs
-        )
-    inputs = loaded.inputs if inputs is None else inputs
-    with _progress(args, f"tracing {loaded.name}") as progress:
+    with _progress(args, f"tracing {args.model}") as progress:
         result = analyze(
-            loaded.module,
-            inputs,
+            args.model,
+            args.input,
             gpu=args.gpu,
             precision=args.precision,
             training=args.train,
+            batch=args.batch,
+            seq_len=args.seq_len,
             optimizer=args.optimizer,
             progress=progress,
         )
-    result.model = loaded.name
     if args.json:
         _print_json(result.to_dict())
     else:
@@ -105,11 +158,10 @@ def cmd_memory(args) -> int:
     from .api import memory
     from .rendering.terminal import memory_report
 
-    inputs = _model_inputs(args)
     with _progress(args, f"tracing {args.model}"):
         report = memory(
             args.model,
-            inputs,
+            args.input,
             gpu=args.gpu,
             precision=args.precision,
             optimizer=args.optimizer,
@@ -141,18 +193,17 @@ def cmd_plan(args) -> int:
     from .api import plan
     from .rendering.terminal import plan_report
 
-    inputs = _model_inputs(args)
-    network = args.node_network_gbps * 1e9 / 8 if args.node_network_gbps else None
+    network = args.node_network_gbps * 1e9 / 8 if args.node_network_gbps is not None else None
     measured = _read_interconnect(args.interconnect) if args.interconnect else None
     with _progress(args, f"tracing {args.model}"):
         report = plan(
             args.model,
-            inputs,
+            args.input,
             gpu=args.gpu,
             gpus=args.gpus,
             gpus_per_node=args.gpus_per_node,
             global_batch=args.global_batch,
-            micro_batch=args.micro_batch,
+            micro_batch=args.micro_batch or args.batch,  # plan traces one micro-batch
             precision=args.precision,
             optimizer=args.optimizer,
             node_network_bytes_per_s=network,
@@ -180,6 +231,8 @@ def cmd_measure_comm(args) -> int:
             ) from None
         if any(s <= 0 for s in sizes):
             raise DlperfError("--sizes must be positive byte counts")
+    if args.out:
+        _writable_file(args.out)
     result = measure_comm(args.nproc, args.backend, sizes, repeats=args.repeats)
     if args.out:
         with open(args.out, "w") as f:
@@ -218,14 +271,15 @@ def cmd_advise(args) -> int:
         raise DlperfError("advise needs a MODEL (or --list-rules)")
     from .advice.engine import advise
 
-    inputs = _model_inputs(args)
+    if args.apply:
+        _check_fixable(args.apply)
     with _progress(args, f"analysing {args.model}"):
         if args.apply:
             from .advice.engine import _context, apply_fixes, run_rules
 
             ctx = _context(
                 args.model,
-                inputs,
+                args.input,
                 args.gpu,
                 args.precision,
                 args.train,
@@ -252,7 +306,7 @@ def cmd_advise(args) -> int:
             return 0
         result = advise(
             args.model,
-            inputs,
+            args.input,
             gpu=args.gpu,
             precision=args.precision,
             training=args.train,
@@ -262,6 +316,21 @@ def cmd_advise(args) -> int:
             rules=args.rules,
         )
     return _emit(args, result, advice_report)
+
+
+def _check_fixable(rules: str) -> None:
+    """--apply names only rules with an automatic fix (before any tracing)."""
+    from .advice import load_rules
+    from .advice.engine import _check_rules
+
+    known = load_rules()
+    manual = [r for r in _check_rules(rules) if not known[r].fix]
+    if manual:
+        fixable = ", ".join(r.id for r in known.values() if r.fix)
+        raise DlperfError(
+            f"rule {manual[0]} has no automatic fix (its finding says what to change); "
+            f"--apply takes: {fixable}"
+        )
 
 
 def cmd_trace(args) -> int:
@@ -280,17 +349,17 @@ def cmd_measure(args) -> int:
     from .api import measure
     from .rendering.terminal import measure_report
 
-    inputs = _model_inputs(args)
     with _progress(args, f"measuring {args.model}"):
         report = measure(
             args.model,
-            inputs,
+            args.input,
             device=args.device,
             precision=args.precision,
             training=args.train,
             batch=args.batch,
             seq_len=args.seq_len,
             steps=args.steps,
+            gpu=args.gpu,
         )
     return _emit(args, report, measure_report)
 
@@ -298,6 +367,7 @@ def cmd_measure(args) -> int:
 def cmd_calibrate(args) -> int:
     from .measurement.calibrate import calibrate_device, write_spec
 
+    _writable_file(args.out)  # before minutes of probing
     with _progress(args, f"calibrating the {args.device}"):
         spec = write_spec(calibrate_device(args.device), args.out)
     doc = {
@@ -316,25 +386,21 @@ def cmd_calibrate(args) -> int:
 
 def cmd_report(args) -> int:
     from .advice.engine import advise
-    from .api import analyze, memory, report
-    from .models import load_model
+    from .api import analyze, memory, report, resolve_model
 
-    loaded = load_model(args.model, batch=args.batch, seq_len=args.seq_len)
-    inputs = _model_inputs(args) or loaded.inputs
-    with _progress(args, f"analysing {loaded.name}"):
+    _writable_file(args.out)
+    with _progress(args, f"analysing {args.model}"):
+        loaded = resolve_model(args.model, args.input, args.batch, args.seq_len)
         result = analyze(
-            loaded.module,
-            inputs,
+            loaded,
             gpu=args.gpu,
             precision=args.precision,
             training=args.train,
             optimizer=args.optimizer,
         )
-        result.model = loaded.name
         mem = (
             memory(
-                loaded.module,
-                inputs,
+                loaded,
                 gpu=args.gpu,
                 precision=args.precision,
                 optimizer=args.optimizer,
@@ -346,8 +412,7 @@ def cmd_report(args) -> int:
             None
             if args.no_advice
             else advise(
-                loaded.module,
-                inputs,
+                loaded,
                 gpu=args.gpu,
                 precision=args.precision,
                 training=args.train,
@@ -377,6 +442,9 @@ def cmd_sweep(args) -> int:
                     f"{s['name']:18s} {s['title']} (default --gpu {s['default_gpu']})\n"
                 )
         return 0
+    if args.name != "all" and args.name not in SWEEPS:
+        raise DlperfError(f"unknown sweep {args.name!r}; see `dlperf sweep --list`")
+    _writable_folder(args.out)
     names = list(SWEEPS) if args.name == "all" else [args.name]
     written = [path for name in names for path in run_sweep(name, args.gpu, args.out)]
     if args.json:
@@ -413,7 +481,7 @@ class _progress:
 
 
 def _add_model_options(p) -> None:
-    from .precision import POLICIES
+    from .precision import AUTO, POLICIES
 
     p.add_argument(
         "model",
@@ -422,7 +490,12 @@ def _add_model_options(p) -> None:
         "(a file runs your code)",
     )
     p.add_argument("--gpu", default="a100", help="catalogue id, alias, spec file, or 'cpu'")
-    p.add_argument("--precision", default="amp-bf16", choices=list(POLICIES))
+    p.add_argument(
+        "--precision",
+        default=AUTO,
+        choices=[*POLICIES, AUTO],
+        help="auto: amp-bf16 where the GPU has bf16 math, else amp-fp16, else fp32",
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument(
         "--train",
@@ -438,12 +511,23 @@ def _add_model_options(p) -> None:
         metavar="SHAPE",
         help="input shape like 8x3x224x224 or 4x128:int64 (repeatable)",
     )
-    p.add_argument("--batch", type=_positive_int, help="batch size of the default inputs")
-    p.add_argument("--seq-len", type=_positive_int, help="sequence length of the default inputs")
+    p.add_argument(
+        "--batch",
+        type=_positive_int,
+        help="batch size of the default inputs (default: 32 images or 8 sequences; "
+        "a model file's own)",
+    )
+    p.add_argument(
+        "--seq-len",
+        type=_positive_int,
+        help="sequence length of the default inputs (default: 512, or the model's "
+        "positions if fewer)",
+    )
     p.add_argument(
         "--optimizer",
         default="adamw",
         choices=["adamw", "adam", "sgd", "sgd-momentum", "adam8bit", "adafactor"],
+        help="optimizer the step is costed with",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document")
 
@@ -457,6 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"dlperf {__version__}")
+    parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
 
     p = sub.add_parser("gpus", help="list the bundled GPU catalogue")
@@ -502,14 +587,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="rank data/tensor/pipeline/ZeRO plans on many GPUs")
     _add_model_options(p)
     p.add_argument("--gpus", type=_positive_int, default=8, help="GPUs in all")
-    p.add_argument("--gpus-per-node", type=_positive_int, default=8)
+    p.add_argument("--gpus-per-node", type=_positive_int, default=8, help="GPUs per node")
     p.add_argument("--nodes", type=_positive_int, help="nodes (sets --gpus with --gpus-per-node)")
-    p.add_argument("--global-batch", type=_positive_int, help="samples per optimizer step")
-    p.add_argument("--micro-batch", type=_positive_int, help="samples per forward pass")
+    p.add_argument(
+        "--global-batch",
+        type=_positive_int,
+        help="samples per optimizer step (default: 4 x GPUs x micro-batch)",
+    )
+    p.add_argument(
+        "--micro-batch",
+        type=_positive_int,
+        help="samples per forward pass (default: --batch, else the --input batch, else 1)",
+    )
     p.add_argument(
         "--node-network-gbps",
-        type=float,
-        help="inter-node bandwidth per node in Gb/s (default 8 x 200)",
+        type=_positive_float,
+        help="inter-node bandwidth per node in Gb/s (default: 8 x 200)",
     )
     p.add_argument("--top", type=_positive_int, default=12, help="plans to list")
     p.add_argument(
@@ -549,12 +642,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("measure", help="run the model here and compare with the prediction")
     _add_model_options(p)
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where it runs")
     p.add_argument("--steps", type=_positive_int, default=3, help="profiled steps")
-    p.set_defaults(func=cmd_measure, precision="fp32")
+    p.set_defaults(func=cmd_measure, precision="fp32", gpu=None)  # it runs on --device
 
     p = sub.add_parser("calibrate", help="measure this device and write a spec file")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="what to probe")
     p.add_argument("--out", required=True, help="spec file to write (TOML)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(func=cmd_calibrate)
@@ -568,16 +661,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("measure-comm", help="time real collectives with torch.distributed")
     p.add_argument("--nproc", type=_positive_int, default=2, help="worker processes")
-    p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
+    p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"], help="collectives")
     p.add_argument("--sizes", help="comma-separated buffer sizes in bytes")
-    p.add_argument("--repeats", type=_positive_int, default=5)
+    p.add_argument("--repeats", type=_positive_int, default=5, help="timed calls per size")
     p.add_argument("--out", help="write the fitted interconnect (JSON) for `dlperf plan`")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(func=cmd_measure_comm)
+    for verb in sub.choices.values():  # --debug after the verb too; SUPPRESS keeps the top one
+        verb.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP
+        )
     return parser
 
 
+_DEBUG_HELP = "show the traceback when dlperf fails"
+
+
 def main(argv=None) -> int:
+    """Run one verb: 0 on success, 2 for bad input, 3 for a bug of dlperf's own."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -588,8 +689,18 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except DlperfError as err:
+        if args.debug:
+            traceback.print_exc()
         sys.stderr.write(f"dlperf: error: {err}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("dlperf: interrupted\n")
         return 130
+    except Exception as err:  # anything else is dlperf's own failure, never the user's
+        if args.debug:
+            traceback.print_exc()
+        bug = err if isinstance(err, InternalError) else InternalError.of(err)
+        line = first_line(bug, limit=1000)
+        hint = "" if args.debug else "; rerun with --debug for the traceback"
+        sys.stderr.write(f"dlperf: {line}{hint}\n")
+        return 3

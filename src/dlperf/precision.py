@@ -5,6 +5,8 @@
 - `amp-fp16` / `amp-bf16`: fp32 weights (master copy), autocast runs
   matmuls and convolutions in half precision and the rest as autocast decides.
 - `fp16` / `bf16`: weights and activations in half precision throughout.
+- `auto` (the default of the command line): `amp-bf16` where the device has
+  bf16 math, else `amp-fp16`, else `fp32`; see `resolve_for`.
 """
 
 from __future__ import annotations
@@ -61,5 +63,38 @@ def precision(name: str | Precision) -> Precision:
         return name
     key = str(name).lower()
     if key not in POLICIES:
-        raise DlperfError(f"unknown precision {name!r}; choose from: {', '.join(POLICIES)}")
+        choices = ", ".join([*POLICIES, AUTO])
+        raise DlperfError(f"unknown precision {name!r}; choose from: {choices}")
     return POLICIES[key]
+
+
+# The math dtype each policy needs from the device; `auto` tries these in order.
+MATH_DTYPE = {
+    "fp32": "fp32",
+    "tf32": "tf32",
+    "amp-fp16": "fp16",
+    "amp-bf16": "bf16",
+    "fp16": "fp16",
+    "bf16": "bf16",
+}
+AUTO = "auto"
+AUTO_ORDER = ("amp-bf16", "amp-fp16", "fp32")
+
+
+def resolve_for(spec, name: str | Precision = AUTO) -> Precision:
+    """The policy `name` on the device `spec`, refused if the device lacks its math.
+
+    `auto` is mixed precision in bf16 where the device has bf16 math, else in
+    fp16, else fp32 (on a CPU the probe says which dtypes it runs).
+    """
+    if not isinstance(name, Precision) and str(name).lower() == AUTO:
+        for option in AUTO_ORDER:
+            if spec.has_dtype(MATH_DTYPE[option]):
+                return POLICIES[option]
+        raise DlperfError(f"{spec.id} runs none of {', '.join(AUTO_ORDER)}; check its spec")
+    policy = precision(name)
+    needed = MATH_DTYPE[policy.name]
+    if not spec.has_dtype(needed):
+        fallback = resolve_for(spec, AUTO).name
+        raise DlperfError(f"{spec.id} has no {needed} math; use --precision {fallback} (or auto)")
+    return policy
