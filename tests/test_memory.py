@@ -141,3 +141,12 @@ def test_bad_memory_options():
         parse_checkpoint("every:zero")
     with pytest.raises(DlperfError, match="unknown optimizer"):
         dlperf.memory(nn.Linear(2, 2), torch.empty(1, 2), optimizer="lion")
+
+
+def test_fit_offers_no_sequence_longer_than_the_position_table():
+    # GPT-2 learns 1024 positions; a 2-layer copy at batch 1 fits far longer
+    # sequences in 80 GiB, so only the position table can stop the search
+    r = dlperf.memory(
+        "hf:gpt2:layers=2", gpu="a100", precision="amp-bf16", batch=1, seq_len=128, fit=True
+    )
+    assert r.max_seq_len == 1024

@@ -163,7 +163,8 @@ def memory(
     parse_checkpoint(checkpoint)
     if optimizer not in OPTIMIZERS:
         raise DlperfError(f"unknown optimizer {optimizer!r}; choose from: {', '.join(OPTIMIZERS)}")
-    name, model, inputs = _resolve(model, inputs, batch, seq_len)
+    loaded = resolve_model(model, inputs, batch, seq_len)
+    name, model, inputs = loaded.name, loaded.module, loaded.inputs
     first = _first_tensor(inputs)
     full_batch = int(first.shape[0]) if first is not None and first.dim() else 1
     if accumulate < 1 or full_batch % accumulate:
@@ -238,6 +239,7 @@ def memory(
                 lambda s: peak_at(resize_inputs(micro_inputs, seq_len=s)),
                 spec.memory_bytes,
                 step=64,
+                limit=loaded.max_positions or 1 << 20,  # no longer than its position table
             )
     return report
 
@@ -264,7 +266,7 @@ def _largest(peak_at, capacity: int, step: int = 1, limit: int = 1 << 20) -> int
     """
 
     def fits(size):
-        return peak_at(size)["peak_bytes"] <= capacity
+        return size <= limit and peak_at(size)["peak_bytes"] <= capacity
 
     if not fits(step):
         return 0
