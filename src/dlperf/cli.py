@@ -386,39 +386,27 @@ def cmd_calibrate(args) -> int:
 
 def cmd_report(args) -> int:
     from .advice.engine import advise
-    from .api import analyze, memory, report, resolve_model
+    from .api import report
+    from .run import Session, resolve
+    from .training_memory import memory_report
 
     _writable_file(args.out)
-    with _progress(args, f"analysing {args.model}"):
-        loaded = resolve_model(args.model, args.input, args.batch, args.seq_len)
-        result = analyze(
-            loaded,
+    with _progress(args, f"analysing {args.model}") as progress:
+        # one run, one session: the analysis, the memory and the advice share one trace
+        run = resolve(
+            args.model,
+            args.input,
             gpu=args.gpu,
             precision=args.precision,
             training=args.train,
             optimizer=args.optimizer,
+            batch=args.batch,
+            seq_len=args.seq_len,
         )
-        mem = (
-            memory(
-                loaded,
-                gpu=args.gpu,
-                precision=args.precision,
-                optimizer=args.optimizer,
-            )
-            if args.train
-            else None
-        )
-        findings = (
-            None
-            if args.no_advice
-            else advise(
-                loaded,
-                gpu=args.gpu,
-                precision=args.precision,
-                training=args.train,
-                optimizer=args.optimizer,
-            )
-        )
+        session = Session()
+        result = session.analysis(run, progress)
+        mem = memory_report(run, session) if args.train else None
+        findings = None if args.no_advice else advise(run, session=session)
     report(result, args.out, memory=mem, advice=findings)
     if args.json:
         _print_json({"out": args.out})

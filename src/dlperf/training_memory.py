@@ -20,6 +20,7 @@ are made), and the optimizer step (state + gradients).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -158,6 +159,20 @@ class MemoryReport:
     def fits(self) -> bool:
         return self.peak_bytes <= self.capacity_bytes
 
+    @staticmethod
+    def term_names() -> tuple[str, ...]:
+        """The terms `step_memory` computes that the report carries as they are."""
+        return (
+            "weights_bytes",
+            "gradients_bytes",
+            "optimizer_bytes",
+            "activations_bytes",
+            "transient_bytes",
+            "overhead_bytes",
+            "peak_bytes",
+            "peak_phase",
+        )
+
     def to_dict(self) -> dict:
         out = dict(self.__dict__)
         out["fits"] = self.fits
@@ -251,3 +266,116 @@ def resize_inputs(inputs, batch: int | None = None, seq_len: int | None = None):
     if isinstance(inputs, (list, tuple)):
         return type(inputs)(resize(v) for v in inputs)
     return resize(inputs)
+
+
+# -- one run's memory report ------------------------------------------------------
+
+CHECKPOINT_WHAT_IFS = ("none", "blocks", "sqrt")
+
+
+def block_times(analysis, blocks: list[str], phase: str) -> dict[str, float]:
+    """Predicted time of each repeated block's ops in one phase."""
+    times: dict[str, float] = {}
+    for row in analysis.rows:
+        if row.phase != phase:
+            continue
+        for block in blocks:
+            if within(row.module, block):
+                times[block] = times.get(block, 0.0) + row.time_s
+    return times
+
+
+def memory_report(run, session, checkpoint: str = "none", accumulate: int = 1, fit: bool = False):
+    """The memory of one training step of `run` per GPU (see `dlperf.memory`)."""
+    parse_checkpoint(checkpoint)
+    full_batch = run.batch
+    if accumulate < 1 or full_batch % accumulate:
+        raise DlperfError(
+            f"--accumulate {accumulate} must divide the batch {full_batch} into equal micro-batches"
+        )
+    micro = full_batch // accumulate
+    step = run if accumulate == 1 else run.with_inputs(resize_inputs(run.inputs, batch=micro))
+    step = dataclasses.replace(step, training=True)
+    recorded = session.trace(step)
+    forward = block_times(session.analysis(step, with_optimizer=False), recorded.blocks, "forward")
+    terms = step_memory(recorded, run.spec, run.optimizer, checkpoint, forward)
+    policies = []
+    for option in CHECKPOINT_WHAT_IFS:  # priced on the same trace
+        alt = (
+            terms
+            if option == checkpoint
+            else step_memory(recorded, run.spec, run.optimizer, option, forward)
+        )
+        policies.append(
+            {
+                "checkpoint": alt["policy"],
+                "activations_bytes": alt["activations_bytes"],
+                "peak_bytes": alt["peak_bytes"],
+                "recompute_s": alt["recompute_s"],
+                "fits": alt["peak_bytes"] <= run.spec.memory_bytes,
+            }
+        )
+    report = MemoryReport(
+        model=run.name,
+        gpu=run.spec.id,
+        precision=run.precision.name,
+        optimizer=run.optimizer,
+        checkpoint=terms["policy"],
+        accumulate=accumulate,
+        batch=full_batch,
+        micro_batch=micro,
+        params=recorded.params,
+        capacity_bytes=run.spec.memory_bytes,
+        recompute_s=terms["recompute_s"],
+        by_module=by_module(recorded),
+        policies=policies,
+        **{k: terms[k] for k in MemoryReport.term_names()},
+    )
+    if fit:
+        report.max_batch, report.max_seq_len = _fit(step, session, checkpoint)
+    return report
+
+
+def _fit(step, session, checkpoint: str) -> tuple[int, int | None]:
+    """The largest batch, and for token models the longest sequence, that fit."""
+    capacity = step.spec.memory_bytes
+
+    def peak_at(inputs) -> int:  # the peak needs no timing
+        recorded = session.trace(step.with_inputs(inputs))
+        return step_memory(recorded, step.spec, step.optimizer, checkpoint, {})["peak_bytes"]
+
+    max_batch = largest(lambda b: peak_at(resize_inputs(step.inputs, batch=b)), capacity)
+    if not step.token_inputs:
+        return max_batch, None
+    max_seq = largest(
+        lambda s: peak_at(resize_inputs(step.inputs, seq_len=s)),
+        capacity,
+        step=64,
+        limit=step.model.max_positions or 1 << 20,  # no longer than its position table
+    )
+    return max_batch, max_seq
+
+
+def largest(peak_at, capacity: int, step: int = 1, limit: int = 1 << 20) -> int:
+    """The largest size (a multiple of `step`, at most `limit`) whose peak fits
+    in `capacity`; 0 when not even `step` fits.
+
+    Memory grows with size (linearly in the batch; with the square of the
+    sequence under explicit attention), so doubling then bisecting finds it
+    with about 2 log2(size) traces.
+    """
+
+    def fits(size):
+        return size <= limit and peak_at(size) <= capacity
+
+    if not fits(step):
+        return 0
+    low, high = step, 2 * step
+    while high <= limit and fits(high):
+        low, high = high, high * 2
+    while high - low > step:
+        mid = (low + high) // 2 // step * step
+        if mid <= low:
+            break
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low

@@ -10,6 +10,7 @@ from ..analysis import Analysis, analyze_trace
 from ..hardware import HardwareSpec
 from ..precision import Precision
 from ..precision import precision as get_precision
+from ..run import Run, Session
 from ..tracing import trace
 
 
@@ -24,6 +25,8 @@ class AdviceContext:
     analysis: Analysis
     optimizer: str = "adamw"
     cache: dict = field(default_factory=dict)
+    run: Run | None = None  # the run advised, and the session that traced it
+    session: Session | None = None
 
     @property
     def step_time_s(self) -> float:

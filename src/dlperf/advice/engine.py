@@ -4,20 +4,46 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..api import _resolve
 from ..errors import DlperfError
-from ..hardware import gpu as get_gpu
-from ..precision import resolve_for
+from ..run import Session, resolve
 from . import MECHANICAL, Advice, Finding, fixes, load_rules
 from .context import AdviceContext
 
 
-def _context(model, inputs, gpu, precision, training, optimizer="adamw", batch=None, seq_len=None):
-    label, module, inputs = _resolve(model, inputs, batch, seq_len)
-    spec = get_gpu(gpu)
-    policy = resolve_for(spec, precision)
-    ctx = AdviceContext(label, module, inputs, spec, policy, training, None, optimizer)
-    ctx.analysis = ctx.reanalyze()
+def _context(
+    model,
+    inputs,
+    gpu,
+    precision,
+    training,
+    optimizer="adamw",
+    batch=None,
+    seq_len=None,
+    session: Session | None = None,
+) -> AdviceContext:
+    run = resolve(
+        model,
+        inputs,
+        gpu=gpu,
+        precision=precision,
+        training=training,
+        optimizer=optimizer,
+        batch=batch,
+        seq_len=seq_len,
+    )
+    session = session or Session()
+    ctx = AdviceContext(
+        run.name,
+        run.module,
+        run.inputs,
+        run.spec,
+        run.precision,
+        run.training,
+        session.analysis(run),
+        run.optimizer,
+        run=run,
+        session=session,
+    )
     return ctx
 
 
@@ -83,18 +109,23 @@ def advise(
     optimizer="adamw",
     batch=None,
     seq_len=None,
+    session: Session | None = None,
 ) -> Advice:
-    ctx = _context(model, inputs, gpu, precision, training, optimizer, batch, seq_len)
+    ctx = _context(model, inputs, gpu, precision, training, optimizer, batch, seq_len, session)
     findings = run_rules(ctx, rules)
     mechanical = [f for f in findings if f.rule in MECHANICAL and f.gain_time_s > 0]
     after = ctx.step_time_s
-    if mechanical:
+    if len(mechanical) == 1 and mechanical[0].rule != "first-conv-channels":
+        # its rule re-analysed the model with exactly this fix, so the gain is before - after
+        # (first-conv-channels prices its padding on top of channels_last: a difference)
+        after = ctx.step_time_s - mechanical[0].gain_time_s
+    elif mechanical:
         fixed_model, fixed_inputs, fixed_precision = apply_fixes(ctx, mechanical)
         after = ctx.reanalyze(fixed_model, fixed_inputs, fixed_precision).time_s
     estimated = sum(f.gain_time_s for f in findings if f.rule not in MECHANICAL)
     after = max(after - estimated, 0.1 * after)
     return Advice(
-        ctx.name, ctx.spec.id, ctx.precision.name, training, ctx.step_time_s, after, findings
+        ctx.name, ctx.spec.id, ctx.precision.name, ctx.training, ctx.step_time_s, after, findings
     )
 
 

@@ -585,11 +585,9 @@ def rnn_sizes(ctx):
 def memory_fit(ctx):
     if not ctx.training:
         return []
-    from ..api import memory
+    from ..training_memory import memory_report
 
-    report = memory(
-        ctx.model, ctx.inputs, gpu=ctx.spec, precision=ctx.precision.name, optimizer=ctx.optimizer
-    )
+    report = memory_report(ctx.run, ctx.session)
     if report.fits:
         return []
     options = []

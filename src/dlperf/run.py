@@ -1,0 +1,258 @@
+"""One run, resolved once: the model and its inputs, the device, the precision
+policy and the way the user runs it; and a session that traces each run once.
+
+Every verb (and the command line, and `report`, which combines three) turns
+what the user gave into a `Run` with `resolve(...)`, then asks a `Session`
+for the run's trace and analysis. The session keeps what it computed, so a
+report that needs the analysis, the memory and the advice of one run traces
+the model once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .analysis import Analysis, analyze_trace
+from .errors import DlperfError
+from .hardware import HardwareSpec
+from .hardware import gpu as get_gpu
+from .models import LoadedModel, load_model, parse_input
+from .optimizer import get_optimizer
+from .precision import AUTO, Precision, resolve_for
+from .tracing import Trace, trace
+
+ATTENTION = ("auto", "flash", "efficient", "cudnn", "math", "eager")
+
+
+@dataclass(frozen=True)
+class Run:
+    """A model step as the user runs it, with every name resolved."""
+
+    model: LoadedModel
+    spec: HardwareSpec
+    precision: Precision
+    training: bool = True
+    optimizer: str = "adamw"
+    attention: str = "auto"
+    checkpoint: str = "none"
+    compile: bool = False
+    cuda_graphs: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    @property
+    def module(self) -> nn.Module:
+        return self.model.module
+
+    @property
+    def inputs(self):
+        return self.model.inputs
+
+    @property
+    def batch(self) -> int:
+        first = first_tensor(self.inputs)
+        return int(first.shape[0]) if first is not None and first.dim() else 1
+
+    @property
+    def token_inputs(self) -> bool:
+        """Whether the inputs are token ids of shape (batch, seq)."""
+        first = first_tensor(self.inputs)
+        return first is not None and first.dim() == 2 and not first.is_floating_point()
+
+    def with_inputs(self, inputs) -> Run:
+        return dataclasses.replace(self, model=dataclasses.replace(self.model, inputs=inputs))
+
+    def with_module(self, module: nn.Module, inputs=None) -> Run:
+        model = dataclasses.replace(
+            self.model, module=module, inputs=self.inputs if inputs is None else inputs
+        )
+        return dataclasses.replace(self, model=model)
+
+    def with_precision(self, precision: str | Precision) -> Run:
+        return dataclasses.replace(self, precision=resolve_for(self.spec, precision))
+
+
+def resolve(
+    model,
+    inputs=None,
+    *,
+    gpu: str | HardwareSpec = "a100-sxm4-80gb",
+    precision: str | Precision = AUTO,
+    training: bool = True,
+    optimizer: str = "adamw",
+    batch: int | None = None,
+    seq_len: int | None = None,
+    attention: str = "auto",
+    checkpoint: str = "none",
+    compile: bool = False,
+    cuda_graphs: bool = False,
+) -> Run:
+    """The one place where a model name, input shapes, a GPU name and a
+    precision name become values; every verb calls it (see `resolve_model`
+    for the forms `model` and `inputs` take). A `Run` passes through as it is.
+    """
+    if isinstance(model, Run):
+        return model
+    spec = get_gpu(gpu)
+    policy = resolve_for(spec, precision)
+    get_optimizer(optimizer)
+    if attention not in ATTENTION:
+        raise DlperfError(f"unknown attention {attention!r}; choose from: {', '.join(ATTENTION)}")
+    loaded = resolve_model(model, inputs, batch, seq_len)
+    return Run(
+        loaded, spec, policy, training, optimizer, attention, checkpoint, compile, cuda_graphs
+    )
+
+
+# -- the model and its inputs --------------------------------------------------
+
+
+def resolve_model(model, inputs=None, batch=None, seq_len=None) -> LoadedModel:
+    """The model and inputs of every verb that takes a model, resolved one way.
+
+    `model` is a name (see models.py), an nn.Module, or a LoadedModel already
+    resolved. `inputs` is None for the model's own (a named model's defaults
+    at `batch` and `seq_len`, or what a model file's factory returns, resized
+    by `batch` and `seq_len` when given), shapes as text ("8x3x224x224",
+    "4x128:int64", one or a list), or tensors (a tensor, tuple or dict).
+    A token model (hf:) given one tensor of ids feeds it to every id input
+    (input_ids, labels, decoder_input_ids); shapes without a dtype are ids.
+    """
+    shapes = _shape_texts(inputs)
+    if inputs is not None and (batch or seq_len):
+        raise DlperfError(
+            "--batch and --seq-len size the default inputs; with --input, give the sizes "
+            "in the shape (like 8x3x224x224 or 8x512)"
+        )
+    loaded = _loaded(model, batch, seq_len)
+    tokens = loaded.family == "sequence"
+    if shapes is not None:
+        if tokens and len(shapes) > 1:
+            raise DlperfError(f"{loaded.name} takes one --input: its token ids, like 8x512")
+        inputs = [_shape(text, tokens) for text in shapes]
+        inputs = inputs[0] if len(inputs) == 1 else tuple(inputs)
+    elif inputs is None:
+        inputs = loaded.inputs
+        if loaded.family == "user" and inputs is not None and (batch or seq_len):
+            from .training_memory import resize_inputs
+
+            inputs = resize_inputs(inputs, batch=batch, seq_len=seq_len)
+    if tokens and isinstance(inputs, torch.Tensor):
+        if inputs.is_floating_point():
+            raise DlperfError(
+                f"{loaded.name} takes token ids: give --input like 8x512 (int64), "
+                f"not {str(inputs.dtype).removeprefix('torch.')}"
+            )
+        inputs = loaded.token_inputs(inputs)
+    if inputs is None:
+        raise DlperfError(
+            f"no inputs for {loaded.name}: give --input SHAPE (from Python, a tensor of the "
+            "input's shape; meta is fine)"
+        )
+    return dataclasses.replace(loaded, inputs=inputs)
+
+
+def _loaded(model, batch, seq_len) -> LoadedModel:
+    if isinstance(model, LoadedModel):
+        return model
+    if isinstance(model, str):
+        return load_model(model, batch=batch, seq_len=seq_len)
+    if isinstance(model, nn.Module):
+        return LoadedModel(type(model).__name__, model, None, "module")
+    raise DlperfError(
+        f"a model is a name like torchvision:resnet50 or an nn.Module, not {type(model).__name__}"
+    )
+
+
+def _shape_texts(inputs) -> list[str] | None:
+    """Input shapes given as text (the command line's --input), else None."""
+    if isinstance(inputs, str):
+        return [inputs]
+    if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(t, str) for t in inputs):
+        return list(inputs)
+    return None
+
+
+def _shape(text: str, tokens: bool):
+    """A meta tensor for one --input shape; a token model's default dtype is int64."""
+    tensor = parse_input(text)
+    if tokens and ":" not in text:
+        tensor = torch.empty(tensor.shape, dtype=torch.int64, device="meta")
+    return tensor
+
+
+def first_tensor(inputs):
+    """The first tensor of a tensor, tuple or dict of inputs (None if there is none)."""
+    if isinstance(inputs, torch.Tensor):
+        return inputs
+    values = inputs.values() if isinstance(inputs, dict) else inputs
+    return next((t for t in values if isinstance(t, torch.Tensor)), None)
+
+
+# -- the session -------------------------------------------------------------------
+
+
+def _signature(inputs) -> tuple:
+    """What a trace depends on in the inputs: shapes, dtypes and strides."""
+    if isinstance(inputs, torch.Tensor):
+        return ("t", tuple(inputs.shape), inputs.dtype, tuple(inputs.stride()))
+    if isinstance(inputs, dict):
+        return ("d", tuple((k, _signature(v)) for k, v in inputs.items()))
+    if isinstance(inputs, (list, tuple)):
+        return ("s", tuple(_signature(v) for v in inputs))
+    return ("v", repr(inputs))
+
+
+class Session:
+    """Traces and analyses computed for runs, kept so that none is computed twice.
+
+    A trace depends on the module, the inputs' shapes, the precision policy
+    and whether the step trains; an analysis on that trace, the device and
+    the optimizer. The session holds the modules it traced, so an id is never
+    reused for another module while it lives.
+    """
+
+    def __init__(self):
+        self._traces: dict[tuple, Trace] = {}
+        self._analyses: dict[tuple, Analysis] = {}
+        self._held: list = []
+
+    def _trace_key(self, run: Run) -> tuple:
+        return (id(run.module), _signature(run.inputs), run.precision, run.training)
+
+    def trace(self, run: Run, progress: Callable[[int], None] | None = None) -> Trace:
+        key = self._trace_key(run)
+        if key not in self._traces:
+            self._held.append(run.module)
+            self._traces[key] = trace(
+                run.module,
+                run.inputs,
+                training=run.training,
+                precision=run.precision,
+                progress=progress,
+            )
+        return self._traces[key]
+
+    def analysis(
+        self,
+        run: Run,
+        progress: Callable[[int], None] | None = None,
+        with_optimizer: bool = True,
+    ) -> Analysis:
+        """The run's analysis; `with_optimizer=False` leaves the optimizer step out."""
+        optimizer = run.optimizer if run.training and with_optimizer else ""
+        key = (*self._trace_key(run), id(run.spec), optimizer)
+        if key not in self._analyses:
+            self._held.append(run.spec)
+            recorded = self.trace(run, progress)
+            self._analyses[key] = analyze_trace(
+                recorded, run.spec, model_name=run.name, optimizer=optimizer
+            )
+        return self._analyses[key]
