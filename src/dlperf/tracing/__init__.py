@@ -1,0 +1,126 @@
+"""Run a model on fake tensors and record one event per aten call.
+
+Nothing is allocated and the user's model is never changed (`inputs`). A
+dispatch mode below autograd records each aten call with its shapes, dtypes
+and strides (`recorder`); module forward hooks keep the stack of running
+modules (`hooks`), and the autograd nodes each module call creates are
+labelled with its path, so a backward op is attributed through the node that
+runs it, residual branches included (`labels`). Forward, the loss, and (when
+training) backward run; the optimizer step is costed from the parameters.
+Ops that move no data are counted, not recorded (`views`); repeated blocks
+are found from the module tree (`blocks`); the values live in `events`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from ..errors import DlperfError
+from ..precision import Precision
+from ..precision import precision as get_precision
+from .blocks import repeated_blocks
+from .events import LOSS_MODULE, PHASES, OpEvent, SavedTensor, TensorMeta, Trace, within
+from .failures import quiet_torch_logs, raise_explained
+from .hooks import ModuleHooks
+from .inputs import FakeCall, fake_call
+from .inputs import _loss_of as _loss_of  # measurement/ runs the same loss for real
+from .recorder import Recorder
+from .recorder import _storage_key as _storage_key
+from .views import VIEWS, is_free
+
+__all__ = [
+    "LOSS_MODULE",
+    "PHASES",
+    "VIEWS",
+    "OpEvent",
+    "SavedTensor",
+    "TensorMeta",
+    "Trace",
+    "is_free",
+    "repeated_blocks",
+    "trace",
+    "within",
+]
+
+
+def trace(
+    model: nn.Module,
+    inputs,
+    training: bool = True,
+    precision: str | Precision = "fp32",
+    progress: Callable[[int], None] | None = None,
+) -> Trace:
+    """Run `model(inputs)` (and backward when training) on fake tensors."""
+    policy = get_precision(precision)
+    if not isinstance(model, nn.Module):
+        raise DlperfError(f"expected an nn.Module, got {type(model).__name__}")
+    module_types = {name: type(mod).__name__ for name, mod in model.named_modules()}
+    call = fake_call(model, inputs, policy, training)
+    recorder = Recorder(progress, module_types)
+    recorder.know_params(call.state)
+    hooks = ModuleHooks(model, recorder, training)
+    _run(model, call, hooks, policy, training)
+    return Trace(
+        events=recorder.events,
+        precision=policy,
+        training=training,
+        params=call.params,
+        trainable_params=call.trainable_params,
+        param_shapes=call.param_shapes,
+        module_types=module_types,
+        inputs=call.input_meta(),
+        suppressed=recorder.suppressed,
+        free_ops=recorder.free_ops,
+        saved=list(recorder.saved.values()),
+        module_inputs=hooks.module_inputs,
+        blocks=repeated_blocks(model),
+    )
+
+
+def _run(
+    model: nn.Module, call: FakeCall, hooks: ModuleHooks, policy: Precision, training: bool
+) -> None:
+    """Forward, the loss and (when training) backward, under the recorder.
+
+    The model's train/eval mode is restored after; a failure is raised as the
+    user's model error or as dlperf's own bug (`failures`)."""
+    recorder = hooks.recorder
+    was_training = model.training
+    autocast = (
+        torch.autocast("cpu", dtype=policy.autocast_dtype)
+        if policy.autocast_dtype
+        else contextlib.nullcontext()
+    )
+    try:
+        model.train(training)
+        with hooks.installed(), call.mode, recorder, quiet_torch_logs():
+            saving = torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t)
+            with autocast, torch.set_grad_enabled(training), saving:
+                out = functional_call(model, call.state, call.args, call.kwargs)
+                loss = _loss_of(out) if training else None
+            if training:
+                recorder.phase = "backward"
+                loss.backward()
+                recorder.record_rnn_backward()
+        if recorder.failure:
+            raise recorder.failure
+    except DlperfError:
+        raise
+    except Exception as err:
+        # a recording failure explains what followed
+        raise_explained(recorder.failure or err, lambda: _where(model, recorder))
+    finally:
+        model.train(was_training)
+
+
+def _where(model: nn.Module, recorder: Recorder) -> str:
+    """The module running when the model failed, with its type, for the error."""
+    path = recorder.module_path()
+    if path and path in recorder.module_types:
+        return f"{path} ({recorder.module_types[path]})"
+    return path or type(model).__name__
