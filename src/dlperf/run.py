@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -25,6 +25,7 @@ from .models import LoadedModel, load_model, parse_input
 from .optimizer import get_optimizer
 from .precision import AUTO, Precision, resolve_for
 from .tracing import Trace, trace
+from .tracing.splice import splice
 
 ATTENTION = ("auto", "flash", "efficient", "cudnn", "math", "eager")
 
@@ -42,6 +43,9 @@ class Run:
     checkpoint: str = "none"
     compile: bool = False
     cuda_graphs: bool = False
+    # The run this one varies by a few modules (a fix of the advice): its
+    # trace can be spliced rather than traced whole. Not part of its identity.
+    base: Run | None = field(default=None, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -70,10 +74,12 @@ class Run:
         return dataclasses.replace(self, model=dataclasses.replace(self.model, inputs=inputs))
 
     def with_module(self, module: nn.Module, inputs=None) -> Run:
+        """The same run of a changed model (a fix): its trace may be spliced
+        from this run's when the inputs stay the same."""
         model = dataclasses.replace(
             self.model, module=module, inputs=self.inputs if inputs is None else inputs
         )
-        return dataclasses.replace(self, model=model)
+        return dataclasses.replace(self, model=model, base=self if inputs is None else None)
 
     def with_precision(self, precision: str | Precision) -> Run:
         return dataclasses.replace(self, precision=resolve_for(self.spec, precision))
@@ -231,7 +237,7 @@ class Session:
         key = self._trace_key(run)
         if key not in self._traces:
             self._held.append(run.module)
-            self._traces[key] = trace(
+            self._traces[key] = self._spliced(run) or trace(
                 run.module,
                 run.inputs,
                 training=run.training,
@@ -239,6 +245,20 @@ class Session:
                 progress=progress,
             )
         return self._traces[key]
+
+    def _spliced(self, run: Run) -> Trace | None:
+        """The trace of a fixed model from its base run's, when one is cached."""
+        base = run.base
+        if base is None or (base.precision, base.training) != (run.precision, run.training):
+            return None
+        recorded = self._traces.get(self._trace_key(base))
+        if recorded is None or _signature(base.inputs) != _signature(run.inputs):
+            return None
+
+        def retrace(module, inputs):
+            return trace(module, inputs, training=run.training, precision=run.precision)
+
+        return splice(recorded, base.module, run.module, retrace)
 
     def analysis(
         self,

@@ -79,6 +79,7 @@ def trace(
         saved=list(recorder.saved.values()),
         module_inputs=hooks.module_inputs,
         blocks=repeated_blocks(model),
+        module_calls=hooks.module_calls,
     )
 
 

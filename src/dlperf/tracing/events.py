@@ -123,6 +123,9 @@ class Trace:
     saved: list[SavedTensor] = field(default_factory=list)
     module_inputs: dict[str, int] = field(default_factory=dict)  # bytes of each module's input
     blocks: list[str] = field(default_factory=list)  # repeated blocks, in order
+    # Per module, the positional tensor arguments of each call, as (meta,
+    # requires_grad) pairs; None for a call that also took other values.
+    module_calls: dict[str, list] = field(default_factory=dict)
 
     @property
     def activation_bytes(self) -> int:

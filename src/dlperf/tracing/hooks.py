@@ -13,6 +13,7 @@ import contextlib
 import torch
 from torch import nn
 
+from .events import TensorMeta
 from .labels import CallLabeller
 from .recorder import Recorder
 
@@ -23,6 +24,7 @@ class ModuleHooks:
         self.recorder = recorder
         self.labeller = CallLabeller() if training else None
         self.module_inputs: dict[str, int] = {}  # bytes of each module's first input
+        self.module_calls: dict[str, list] = {}  # each call's tensor arguments (see Trace)
 
     def pre(self, module: nn.Module, hook_args) -> None:
         path = self.paths.get(id(module))
@@ -32,6 +34,9 @@ class ModuleHooks:
         if path not in self.module_inputs:
             first = hook_args[0] if hook_args else None
             self.module_inputs[path] = first.nbytes if isinstance(first, torch.Tensor) else 0
+        tensors = all(isinstance(a, torch.Tensor) for a in hook_args)
+        call = [(TensorMeta.of(a), a.requires_grad) for a in hook_args] if tensors else None
+        self.module_calls.setdefault(path, []).append(call)
         if self.labeller is not None:
             self.labeller.enter(hook_args)
         if isinstance(module, nn.RNNBase):

@@ -70,7 +70,8 @@ def _fake_inputs(inputs, policy: Precision):
 
     def convert(x):
         if isinstance(x, torch.Tensor):
-            return _to_fake(x, half if x.is_floating_point() else None, False)
+            # an input that asks for its gradient gets one (a module traced on its own)
+            return _to_fake(x, half if x.is_floating_point() else None, x.requires_grad)
         if isinstance(x, (list, tuple)):
             return type(x)(convert(v) for v in x)
         if isinstance(x, dict):

@@ -57,12 +57,13 @@ def label_nodes(output, path: str, call: int, calls: list[set]) -> None:
 
 
 def backward_module() -> str:
-    """The module path of the autograd node running now ("" outside backward).
+    """The module path of the autograd node running now, during backward.
 
-    A node no module call created belongs to the loss."""
+    A node no module call created belongs to the loss, and so does work
+    outside any node (the seed gradient of the loss itself)."""
     node = torch._C._current_autograd_node()
     if node is None:
-        return ""
+        return LOSS_MODULE
     return node.metadata.get(_LABEL, LOSS_MODULE)
 
 
