@@ -45,7 +45,7 @@ def harness_floor_s(kernel_pred: np.ndarray, measured: np.ndarray) -> float:
 def predict_group(group: Group, spec=None) -> dict:
     spec = spec or gpu(group.gpu)
     pred = predict_many(group.m, group.n, group.k, group.b, spec, group.dtype, group.math_dtype)
-    kernel = pred["time_s"]
+    kernel = pred.time_s
     flops = 2.0 * group.b * group.m * group.n * group.k
     moved = group.b * (
         (group.m * group.k + group.k * group.n) * bytes_per_element(group.dtype)

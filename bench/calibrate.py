@@ -130,12 +130,12 @@ READS = {"layernorm": "LAYER_NORM_READS", "softmax": "SOFTMAX_READS"}
 
 def _costed(trace, spec) -> tuple[float, float, float, int]:
     """(bytes with one read, bytes per extra read, FLOPs, kernels) of a one-op trace."""
-    ctx = CostContext(precision("fp32"), spec)
+    ctx = CostContext(precision("fp32"))
     totals = []
     saved = norm.LAYER_NORM_READS, norm.SOFTMAX_READS
     for reads in (1.0, 2.0):
         norm.LAYER_NORM_READS = norm.SOFTMAX_READS = reads
-        costs = [c for c in (cost_of(e, ctx) for e in trace.events) if c and c.category != "view"]
+        costs = [c for c in (cost_of(e, ctx) for e in trace.events) if c]
         totals.append(
             (
                 sum(c.bytes for c in costs),

@@ -57,7 +57,7 @@ def test_flops_and_bytes():
 def _force(m, n, k, tile, gpu="a100", dtype="fp16"):
     spec = dlperf.gpu(gpu)
     out = predict_many(m, n, k, 1, spec, dtype, tile_shapes=(tile,), split_factors=(1,))
-    return {key: value.item() for key, value in out.items()}
+    return out.rows()[0]._asdict()
 
 
 def test_wave_quantization_on_a100():
@@ -141,7 +141,7 @@ def test_predict_many_matches_single_calls():
     many = predict_many(ms, ns, ks, np.ones(3, dtype=int), spec, "fp16")
     for i in range(3):
         one = dlperf.gemm(int(ms[i]), int(ns[i]), int(ks[i]), dtype="fp16", gpu="t4")
-        assert many["time_s"][i] == pytest.approx(one.time_s)
+        assert many.time_s[i] == pytest.approx(one.time_s)
 
 
 @pytest.mark.parametrize("bad", [0, -4, 2.5, True])

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 import dlperf
+from dlperf.kinds import Category
 from dlperf.ops import aten_packet, register, registered_packets
 
 
@@ -20,7 +21,8 @@ def test_every_registered_key_is_an_aten_op_of_the_installed_torch():
 
 def test_registering_an_op_torch_lacks_fails_at_once():
     with pytest.raises(ValueError, match="not an aten op"):
-        register("aten.where_")(lambda e, ctx: None)  # there is no in-place where
+        # there is no in-place where
+        register("aten.where_", category=Category.ELEMENTWISE, family="where")(lambda e, c: None)
 
 
 @pytest.mark.parametrize(

@@ -1,23 +1,44 @@
-"""Data types by the short names used everywhere in dlperf.
+"""Data types by the short names used everywhere in dlperf: the one table of
+short name, torch dtypes and bytes per element.
 
 `fp32` means true single precision on CUDA cores; `tf32` means fp32 storage
 with Tensor Core math in TF32. Sizes are the bytes one element occupies in
 memory (TF32 is stored as fp32).
 """
 
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
 from .errors import DlperfError
 
-BYTES_PER_ELEMENT = {
-    "fp64": 8,
-    "fp32": 4,
-    "tf32": 4,
-    "fp16": 2,
-    "bf16": 2,
-    "fp8": 1,
-    "int8": 1,
-}
 
+@dataclass(frozen=True)
+class DType:
+    name: str
+    bytes: int
+    # torch dtypes stored under this name; the first is the one a tensor of it gets
+    torch_names: tuple[str, ...]
+
+
+_TABLE = (
+    DType("fp64", 8, ("float64",)),
+    DType("fp32", 4, ("float32",)),
+    DType("tf32", 4, ("float32",)),
+    DType("fp16", 2, ("float16",)),
+    DType("bf16", 2, ("bfloat16",)),
+    DType("fp8", 1, ("float8_e4m3fn", "float8_e5m2")),
+    DType("int8", 1, ("int8", "uint8")),
+)
+BYTES_PER_ELEMENT = {d.name: d.bytes for d in _TABLE}
 DTYPES = tuple(BYTES_PER_ELEMENT)
+# torch dtype -> short name, for the torch dtypes the installed torch has (float32 is fp32:
+# whether its math runs TF32 is the precision policy's call, not the tensor's).
+TORCH_NAMES: dict[torch.dtype, str] = {
+    getattr(torch, t): d.name for d in reversed(_TABLE) for t in d.torch_names if hasattr(torch, t)
+}
 
 
 def check_dtype(dtype: str) -> str:
@@ -37,3 +58,37 @@ def accumulator_bytes(dtype: str) -> int:
     Integer GEMMs usually write int32; the rest write their own dtype.
     """
     return 4 if check_dtype(dtype) == "int8" else bytes_per_element(dtype)
+
+
+def name_of(dtype: torch.dtype, default: str | None = None) -> str:
+    """The short name of a torch dtype ("fp16"); `default` (else torch's own
+    name, "int64") for a dtype dlperf prices no math in."""
+    if dtype in TORCH_NAMES:
+        return TORCH_NAMES[dtype]
+    return default if default is not None else str(dtype).removeprefix("torch.")
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a short name ("bf16") or of torch's own names and
+    aliases ("bfloat16", "half", "int64")."""
+    text = str(name).lower()
+    if text in BYTES_PER_ELEMENT:
+        return getattr(torch, next(d for d in _TABLE if d.name == text).torch_names[0])
+    found = getattr(torch, text, None)
+    if isinstance(found, torch.dtype):
+        return found
+    raise DlperfError(
+        f"unknown dtype {name!r}; choose from: {', '.join(DTYPES)}, "
+        "or a torch dtype name such as float16 or int64"
+    )
+
+
+def runnable_dtype(dtype: str, spec) -> str:
+    """The math path a device runs `dtype` on: itself where the device has it,
+    else the nearest it has (bf16 on a V100 runs fp16 math, else fp32)."""
+    if dtype in spec.math:
+        return dtype
+    for candidate in ("fp16" if dtype == "bf16" else "", "fp32"):
+        if candidate in spec.math:
+            return candidate
+    return next(iter(spec.math))

@@ -43,4 +43,5 @@ class LossKind(_Named):
     WAVE = "wave"  # the last wave of tiles leaves SMs idle
     ALIGNMENT = "alignment"  # a dimension breaks Tensor Core alignment
     LAYOUT = "layout"  # NCHW data transposed for Tensor Core kernels
+    REREAD = "reread"  # an input read again: its working set does not fit on chip
     LATENCY = "latency"  # too little work to fill the device

@@ -14,10 +14,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
-
 from .errors import DlperfError, close_matches
-from .ops import Cost
+from .kinds import Category, Phase
+from .ops import Cost, Costed
 from .tracing import OpEvent, Trace
 
 
@@ -76,10 +75,10 @@ def state_bytes(name: str, params: int, shapes: list[tuple[int, ...]], word_byte
     return itemsize * opt.states * params
 
 
-def optimizer_cost(trace: Trace, name: str) -> tuple[OpEvent, Cost]:
+def optimizer_cost(trace: Trace, name: str) -> tuple[OpEvent, Costed]:
+    """The step of optimizer `name` over the trace's parameters, as one event and its cost."""
     opt = get_optimizer(name)
-    half = trace.precision.param_dtype in (torch.float16, torch.bfloat16)
-    word = 2 if half else 4
+    word = trace.precision.master_weight_bytes
     n = trace.trainable_params
     states = state_bytes(name, n, trace.param_shapes, word)
     read = n * 2 * word + states  # weights, gradients, states
@@ -91,15 +90,10 @@ def optimizer_cost(trace: Trace, name: str) -> tuple[OpEvent, Cost]:
         kwargs={},
         outputs=(),
         module="(optimizer)",
-        phase="optimizer",
+        phase=Phase.OPTIMIZER,
         info={"params": n},
     )
     cost = Cost(
-        flops=opt.flops_per_param * n,
-        bytes_read=read,
-        bytes_written=written,
-        category="other",
-        family="optimizer",
-        kernels=kernels,
+        flops=opt.flops_per_param * n, bytes_read=read, bytes_written=written, kernels=kernels
     )
-    return event, cost
+    return event, Costed(cost, Category.OTHER, "optimizer")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .dtypes import bytes_per_element, name_of
 from .errors import DlperfError
 
 
@@ -24,6 +25,8 @@ class Precision:
     param_dtype: torch.dtype
     autocast_dtype: torch.dtype | None
     tf32: bool
+    # The math dtype the policy needs from the device (`resolve_for` checks it).
+    math: str
 
     @property
     def is_mixed(self) -> bool:
@@ -33,28 +36,37 @@ class Precision:
         """The math dtype a matmul or convolution on tensors of `torch_dtype` runs in."""
         if torch_dtype == torch.float32:
             return "tf32" if self.tf32 else "fp32"
-        return DTYPE_NAMES.get(torch_dtype, "fp32")
+        return name_of(torch_dtype, "fp32")
 
+    @property
+    def master_weight_bytes(self) -> int:
+        """Bytes per element of the weights the optimizer updates (and of their
+        gradients and the optimizer's states): fp32 masters under fp32 and mixed
+        precision, half precision when training in fp16/bf16 throughout."""
+        return bytes_per_element(name_of(self.param_dtype, "fp32"))
 
-DTYPE_NAMES = {
-    torch.float64: "fp64",
-    torch.float32: "fp32",
-    torch.float16: "fp16",
-    torch.bfloat16: "bf16",
-    torch.int8: "int8",
-    torch.uint8: "int8",
-}
-for _name in ("float8_e4m3fn", "float8_e5m2"):
-    if hasattr(torch, _name):
-        DTYPE_NAMES[getattr(torch, _name)] = "fp8"
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per element of a weight gradient: the weights' own dtype."""
+        return self.master_weight_bytes
+
+    @property
+    def cast_weight_bytes(self) -> int:
+        """Bytes per element of the half-precision copy of the weights that
+        autocast keeps beside the masters (0 without autocast)."""
+        return bytes_per_element(name_of(self.autocast_dtype)) if self.is_mixed else 0
+
 
 POLICIES = {
-    "fp32": Precision("fp32", torch.float32, None, tf32=False),
-    "tf32": Precision("tf32", torch.float32, None, tf32=True),
-    "amp-fp16": Precision("amp-fp16", torch.float32, torch.float16, tf32=False),
-    "amp-bf16": Precision("amp-bf16", torch.float32, torch.bfloat16, tf32=False),
-    "fp16": Precision("fp16", torch.float16, None, tf32=False),
-    "bf16": Precision("bf16", torch.bfloat16, None, tf32=False),
+    p.name: p
+    for p in (
+        Precision("fp32", torch.float32, None, tf32=False, math="fp32"),
+        Precision("tf32", torch.float32, None, tf32=True, math="tf32"),
+        Precision("amp-fp16", torch.float32, torch.float16, tf32=False, math="fp16"),
+        Precision("amp-bf16", torch.float32, torch.bfloat16, tf32=False, math="bf16"),
+        Precision("fp16", torch.float16, None, tf32=False, math="fp16"),
+        Precision("bf16", torch.bfloat16, None, tf32=False, math="bf16"),
+    )
 }
 
 
@@ -68,15 +80,7 @@ def precision(name: str | Precision) -> Precision:
     return POLICIES[key]
 
 
-# The math dtype each policy needs from the device; `auto` tries these in order.
-MATH_DTYPE = {
-    "fp32": "fp32",
-    "tf32": "tf32",
-    "amp-fp16": "fp16",
-    "amp-bf16": "bf16",
-    "fp16": "fp16",
-    "bf16": "bf16",
-}
+# `auto` tries these in order.
 AUTO = "auto"
 AUTO_ORDER = ("amp-bf16", "amp-fp16", "fp32")
 
@@ -89,11 +93,11 @@ def resolve_for(spec, name: str | Precision = AUTO) -> Precision:
     """
     if not isinstance(name, Precision) and str(name).lower() == AUTO:
         for option in AUTO_ORDER:
-            if spec.has_dtype(MATH_DTYPE[option]):
+            if spec.has_dtype(POLICIES[option].math):
                 return POLICIES[option]
         raise DlperfError(f"{spec.id} runs none of {', '.join(AUTO_ORDER)}; check its spec")
     policy = precision(name)
-    needed = MATH_DTYPE[policy.name]
+    needed = policy.math
     if not spec.has_dtype(needed):
         fallback = resolve_for(spec, AUTO).name
         raise DlperfError(f"{spec.id} has no {needed} math; use --precision {fallback} (or auto)")

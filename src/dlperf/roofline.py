@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-BOUNDS = ("math", "memory", "latency")
+from .dtypes import runnable_dtype
+from .kinds import Bound
+
+_MATH, _MEMORY, _LATENCY = Bound.MATH, Bound.MEMORY, Bound.LATENCY
 
 
 def arithmetic_intensity(flops: float, bytes_moved: float) -> float:
@@ -34,7 +37,7 @@ def roofline_time_s(flops: float, bytes_moved: float, peak_flops_per_s: float, b
 
 def limiter(
     math_time_s: float, memory_time_s: float, latency_time_s: float, starved: bool = False
-) -> str:
+) -> Bound:
     """Which term sets a kernel's predicted time: 'math', 'memory' or 'latency'.
 
     The one rule of dlperf, used by `dlperf gemm`, the per-op analysis, the
@@ -47,8 +50,8 @@ def limiter(
     guides' latency-limited regime).
     """
     if starved or latency_time_s >= max(math_time_s, memory_time_s):
-        return "latency"
-    return "math" if math_time_s >= memory_time_s else "memory"
+        return _LATENCY
+    return _MATH if math_time_s >= memory_time_s else _MEMORY
 
 
 def streaming_terms(bytes_moved, spec, flops=0.0, dtype: str = "fp32"):
@@ -59,13 +62,14 @@ def streaming_terms(bytes_moved, spec, flops=0.0, dtype: str = "fp32"):
     bandwidth; a tensor too small to keep every SM's share of bytes in flight
     draws proportionally less (the small-tensor plateau of the memory-limited
     layers guide, figures 1-3). Its arithmetic runs on CUDA cores and rarely
-    matters. Works on numbers and on numpy arrays alike.
+    matters (a device that lacks `dtype` runs the nearest it has). Works on
+    numbers and on numpy arrays alike.
     """
     eff = spec.efficiency
     in_flight = spec.sm_count * eff.saturation_bytes_per_sm
     share = np.minimum(1.0, np.maximum(bytes_moved, 1.0) / in_flight * eff.sm_bandwidth_share)
     bandwidth = spec.memory_bandwidth_bytes_per_s * eff.streaming_dram_efficiency * share
-    math_rate = spec.peak_flops_per_s(dtype if spec.has_dtype(dtype) else _any_dtype(spec))
+    math_rate = spec.peak_flops_per_s(runnable_dtype(dtype, spec))
     return flops / math_rate, bytes_moved / bandwidth, eff.kernel_latency_s
 
 
@@ -74,7 +78,3 @@ def streaming_time_s(bytes_moved, spec, flops=0.0, dtype: str = "fp32"):
     and its memory traffic (`streaming_terms`)."""
     math_s, memory_s, latency_s = streaming_terms(bytes_moved, spec, flops, dtype)
     return latency_s + np.maximum(memory_s, math_s)
-
-
-def _any_dtype(spec) -> str:
-    return "fp32" if spec.has_dtype("fp32") else next(iter(spec.math))

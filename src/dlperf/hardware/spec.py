@@ -91,6 +91,9 @@ class Efficiency:
     # the last-level cache (`l2_cache_bytes`); a CPU kernel of b bytes finds a share
     # 1 - b/cache of them there (data its producers just wrote). 1: no gain.
     llc_streaming_speedup: float
+    # Bytes per SM a persistent kernel keeps on chip (the register file: 256 KiB per
+    # SM from Maxwell on); a batch norm whose tensor fits in all SMs' share makes one pass.
+    on_chip_bytes_per_sm: float
 
     @classmethod
     def defaults(cls) -> Efficiency:

@@ -17,14 +17,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..dtypes import torch_dtype
 from .timing import time_callable
 
-_TORCH_DTYPES = {
-    "fp64": torch.float64,
-    "fp32": torch.float32,
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-}
 MATMUL_SIZES = (256, 512, 1024, 2048)
 # Without bf16 units a CPU converts every element: slow at any size, so one small size says it.
 EMULATED_BF16_SIZE = 256
@@ -63,8 +58,8 @@ def matmul_flops_per_s(
     deadline = time.perf_counter() + budget_s
     best = 0.0
     for n in sizes:
-        a = torch.randn(n, n, device=device).to(_TORCH_DTYPES[dtype])
-        b = torch.randn(n, n, device=device).to(_TORCH_DTYPES[dtype])
+        a = torch.randn(n, n, device=device).to(torch_dtype(dtype))
+        b = torch.randn(n, n, device=device).to(torch_dtype(dtype))
         start = time.perf_counter()
         torch.mm(a, b)
         if sync:

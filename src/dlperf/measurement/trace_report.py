@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..analysis import _GemmTimer, price_cost
+from ..dtypes import name_of, runnable_dtype
 from ..errors import DlperfError
 from ..hardware import HardwareSpec, resolve_id
 from ..hardware import gpu as get_gpu
 from ..ops import CostContext, cost_of
-from ..precision import DTYPE_NAMES, precision
+from ..precision import precision
+from ..pricing import GemmTimer, time
 from ..roofline import roofline_time_s
 from ..tracing import OpEvent, TensorMeta
 from .kineto import Kernel, busy_time_us, read_trace
@@ -170,7 +171,7 @@ def _event(name: str, inputs: tuple) -> OpEvent:
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
-    return DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch.")
+    return name_of(dtype)
 
 
 def _is_size(x) -> bool:
@@ -239,7 +240,7 @@ def analyze_profile(path, gpu: str | HardwareSpec | None = None) -> TraceReport:
             unpriced.append(_unpriced(g.op["name"], found, g.calls, g.kernels))
         else:
             costed.append((g, *found))
-    timer = _GemmTimer(spec)
+    timer = GemmTimer(spec)
     timer.prepare([gemm for *_, cost in costed for gemm in cost.gemms])  # one batch per dtype
     rows = [_row(g, tensors, cost, spec, timer) for g, tensors, cost in costed]
     eligible_not_tc = sum(
@@ -333,7 +334,7 @@ def _cost(g: _Group, spec: HardwareSpec):
     # fp32 GEMMs on Tensor Cores ran in TF32
     tc = tensors[0].dtype == torch.float32 and any(k.tensor_cores for k in g.kernels)
     try:
-        cost = cost_of(event, CostContext(precision("tf32" if tc else "fp32"), spec))
+        cost = cost_of(event, CostContext(precision("tf32" if tc else "fp32")))
     except (IndexError, TypeError, ValueError, AttributeError, KeyError):
         cost = None  # recorded inputs that do not fit the handler's signature
     if cost is None or not (cost.flops or cost.bytes):
@@ -342,8 +343,7 @@ def _cost(g: _Group, spec: HardwareSpec):
 
 
 def _row(g: _Group, tensors: list, cost, spec: HardwareSpec, timer) -> TraceRow:
-    math_dtype = cost.gemms[0].dtype if cost.gemms else "fp32"
-    math_dtype = math_dtype if spec.has_dtype(math_dtype) else "fp32"
+    math_dtype = runnable_dtype(cost.gemms[0].dtype if cost.gemms else "fp32", spec)
     time_s = sum(k.duration_us for k in g.kernels) * 1e-6
     flops, moved = cost.flops * g.calls, cost.bytes * g.calls
     roof = g.calls * roofline_time_s(
@@ -363,7 +363,7 @@ def _row(g: _Group, tensors: list, cost, spec: HardwareSpec, timer) -> TraceRow:
         moved,
         flops / time_s if time_s else 0.0,
         moved / time_s if time_s else 0.0,
-        g.calls * price_cost(cost, spec, math_dtype, timer)[0],
+        g.calls * time(cost, spec, math_dtype, timer).seconds,
         roof,
         roof / time_s if time_s else 0.0,
     )

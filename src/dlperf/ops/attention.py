@@ -12,10 +12,16 @@ softmax and elementwise ops, whose score matrices do go through memory.
 
 from __future__ import annotations
 
-from ..precision import DTYPE_NAMES
-from ..tracing import OpEvent, TensorMeta
-from . import Cost, CostContext, Gemm, in_bytes, out_bytes, register
+import torch
 
+from ..kinds import Category
+from ..tracing import OpEvent, TensorMeta
+from .cost import Cost, CostContext, noted
+from .factories import contraction, in_bytes, make_gemm, out_bytes
+from .registry import aten_ops, register
+
+aten = torch.ops.aten
+_ATTENTION = {"category": Category.CONTRACTION, "family": "attention"}
 # Softmax arithmetic per score element (max, subtract, exp, sum, scale).
 SOFTMAX_FLOPS = 5
 
@@ -33,67 +39,53 @@ def _dims(e: OpEvent, q: TensorMeta, k: TensorMeta, v: TensorMeta):
     return b * h, lq, k.shape[1], d, v.shape[3]
 
 
-def _gemm(ctx, q: TensorMeta, m, n, k, batch, role):
-    return Gemm(
-        m,
-        n,
-        k,
-        batch=batch,
-        dtype=ctx.precision.contraction_dtype(q.dtype),
-        storage=DTYPE_NAMES.get(q.dtype, "fp32"),
-        role=role,
-    )
+def _fused(e: OpEvent, gemms, softmax_passes: int, remark: str) -> Cost:
+    bh, lq, s = gemms[0].batch, gemms[0].m, gemms[0].n  # the scores GEMM: L x S per head
+    softmax = softmax_passes * SOFTMAX_FLOPS * bh * lq * s
+    return noted(contraction(gemms, in_bytes(e), out_bytes(e), extra_flops=softmax), remark)
 
 
 @register(
-    "aten._scaled_dot_product_flash_attention",
-    "aten._scaled_dot_product_flash_attention_for_cpu",
-    "aten._scaled_dot_product_efficient_attention",
-    "aten._scaled_dot_product_cudnn_attention",
-    "aten._flash_attention_forward",
-    "aten._efficient_attention_forward",
+    *aten_ops(
+        """
+        _scaled_dot_product_flash_attention _scaled_dot_product_flash_attention_for_cpu
+        _scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention
+        _flash_attention_forward _efficient_attention_forward
+        """
+    ),
+    **_ATTENTION,
 )
 def sdpa_forward(e: OpEvent, ctx: CostContext) -> Cost:
     q, k, v = e.args[:3]
     bh, lq, s, d, dv = _dims(e, q, k, v)
-    gemms = (_gemm(ctx, q, lq, s, d, bh, "scores"), _gemm(ctx, q, lq, dv, s, bh, "context"))
-    flops = sum(g.flops for g in gemms) + SOFTMAX_FLOPS * bh * lq * s
-    return Cost(
-        flops=flops,
-        bytes_read=in_bytes(e),
-        bytes_written=out_bytes(e),
-        category="contraction",
-        family="attention",
-        gemms=gemms,
-        notes=("fused attention: no L x S matrix in memory",),
+    gemms = (
+        make_gemm(ctx, q.dtype, lq, s, d, bh, role="scores"),
+        make_gemm(ctx, q.dtype, lq, dv, s, bh, role="context"),
     )
+    return _fused(e, gemms, 1, "fused attention: no L x S matrix in memory")
 
 
 @register(
-    "aten._scaled_dot_product_flash_attention_backward",
-    "aten._scaled_dot_product_flash_attention_for_cpu_backward",
-    "aten._scaled_dot_product_efficient_attention_backward",
-    "aten._scaled_dot_product_cudnn_attention_backward",
-    "aten._flash_attention_backward",
-    "aten._efficient_attention_backward",
+    *aten_ops(
+        """
+        _scaled_dot_product_flash_attention_backward
+        _scaled_dot_product_flash_attention_for_cpu_backward
+        _scaled_dot_product_efficient_attention_backward
+        _scaled_dot_product_cudnn_attention_backward _flash_attention_backward
+        _efficient_attention_backward
+        """
+    ),
+    **_ATTENTION,
 )
 def sdpa_backward(e: OpEvent, ctx: CostContext) -> Cost:
     q, k, v = e.args[1:4]  # after the output gradient
     bh, lq, s, d, dv = _dims(e, q, k, v)
-    gemms = (
-        _gemm(ctx, q, lq, s, d, bh, "recompute scores"),
-        _gemm(ctx, q, lq, s, dv, bh, "grad probabilities"),
-        _gemm(ctx, q, s, dv, lq, bh, "grad v"),
-        _gemm(ctx, q, lq, d, s, bh, "grad q"),
-        _gemm(ctx, q, s, d, lq, bh, "grad k"),
+    shapes = (
+        (lq, s, d, "recompute scores"),
+        (lq, s, dv, "grad probabilities"),
+        (s, dv, lq, "grad v"),
+        (lq, d, s, "grad q"),
+        (s, d, lq, "grad k"),
     )
-    flops = sum(g.flops for g in gemms) + 2 * SOFTMAX_FLOPS * bh * lq * s
-    return Cost(
-        flops=flops,
-        bytes_read=in_bytes(e),
-        bytes_written=out_bytes(e),
-        category="contraction",
-        family="attention",
-        gemms=gemms,
-        notes=("fused attention backward: recomputes the scores",),
-    )
+    gemms = tuple(make_gemm(ctx, q.dtype, m, n, kk, bh, role=r) for m, n, kk, r in shapes)
+    return _fused(e, gemms, 2, "fused attention backward: recomputes the scores")

@@ -9,16 +9,25 @@ the roles of input and output.
 
 Tensor Core convolutions run on NHWC data: an NCHW tensor in a Tensor Core
 dtype is transposed on the way in and out, which costs one extra read and
-write of the input and the output (seed 002/003, "Convolutions").
+write of the input and the output (seed 002/003, "Convolutions"). The
+handlers give those bytes as a hint; the pricing applies them where the
+device runs the math on Tensor Cores.
 """
 
 from __future__ import annotations
 
 from math import prod
 
-from ..precision import DTYPE_NAMES
+import torch
+
+from ..kinds import Category
 from ..tracing import OpEvent, TensorMeta
-from . import Cost, CostContext, Gemm, register
+from .cost import Cost, CostContext, Costed, noted
+from .factories import contraction, make_gemm
+from .registry import aten_ops, register
+
+aten = torch.ops.aten
+_CONV = {"category": Category.CONTRACTION, "family": "conv"}
 
 
 def _dims(x: TensorMeta, w: TensorMeta, out: TensorMeta, transposed: bool, groups: int):
@@ -32,27 +41,13 @@ def _dims(x: TensorMeta, w: TensorMeta, out: TensorMeta, transposed: bool, group
     return n, prod(x.shape[2:]), prod(out.shape[2:]), c_g, k_g, taps
 
 
-def _layout_cost(ctx: CostContext, math_dtype: str, tensors: list[TensorMeta]) -> tuple[int, tuple]:
-    """Extra bytes when NCHW data feeds a Tensor Core convolution."""
-    if not ctx.spec.has_dtype(math_dtype) or not ctx.spec.uses_tensor_cores(math_dtype):
-        return 0, ()
+def _transpose_bytes(tensors: list[TensorMeta]) -> int:
+    """NCHW data a Tensor Core kernel would transpose to NHWC on the way in and
+    out: one extra read and write of each tensor (whether the device runs the
+    math on Tensor Cores is for the pricing to say)."""
     if any(len(t.shape) != 4 or t.channels_last for t in tensors[:1]):
-        return 0, ()
-    extra = 2 * sum(t.nbytes for t in tensors)
-    return extra, ("NCHW: Tensor Core kernels transpose to NHWC",)
-
-
-def _gemm(ctx, x: TensorMeta, m, n, k, groups, role, tensor_bytes) -> Gemm:
-    return Gemm(
-        m,
-        n,
-        k,
-        batch=groups,
-        dtype=ctx.precision.contraction_dtype(x.dtype),
-        storage=DTYPE_NAMES.get(x.dtype, "fp32"),
-        role=role,
-        tensor_bytes=tensor_bytes,
-    )
+        return 0
+    return 2 * sum(t.nbytes for t in tensors)
 
 
 # Channels per group at or below which a grouped convolution is no GEMM at all:
@@ -64,25 +59,24 @@ def _depthwise(groups: int, c_g: int, k_g: int) -> bool:
     return groups > 1 and c_g <= DEPTHWISE_MAX_CHANNELS and k_g <= DEPTHWISE_MAX_CHANNELS
 
 
-def _depthwise_cost(e: OpEvent, read: list[TensorMeta], written: list[TensorMeta], flops) -> Cost:
-    return Cost(
+def _depthwise_cost(read: list[TensorMeta], written: list[TensorMeta], flops) -> Costed:
+    cost = Cost(
         flops=flops,
         bytes_read=sum(t.nbytes for t in read),
         bytes_written=sum(t.nbytes for t in written),
-        category="contraction",
-        family="conv-depthwise",
-        notes=("depthwise: memory-bound, no GEMM",),
     )
+    return noted(cost, "depthwise: memory-bound, no GEMM", family="conv-depthwise")
 
 
 @register(
-    "aten.convolution",
-    "aten._convolution",
-    "aten.cudnn_convolution",
-    "aten.mkldnn_convolution",
-    "aten.convolution_overrideable",
+    *aten_ops(
+        """
+        convolution _convolution cudnn_convolution mkldnn_convolution convolution_overrideable
+        """
+    ),
+    **_CONV,
 )
-def convolution(e: OpEvent, ctx: CostContext) -> Cost:
+def convolution(e: OpEvent, ctx: CostContext) -> Cost | Costed:
     x, w = e.args[0], e.args[1]
     bias = e.args[2] if len(e.args) > 2 and isinstance(e.args[2], TensorMeta) else None
     transposed = bool(e.args[6]) if len(e.args) > 6 and isinstance(e.args[6], bool) else False
@@ -90,27 +84,21 @@ def convolution(e: OpEvent, ctx: CostContext) -> Cost:
     out = e.outputs[0]
     n, in_px, out_px, c_g, k_g, taps = _dims(x, w, out, transposed, groups)
     if _depthwise(groups, c_g, k_g):
-        return _depthwise_cost(e, [x, w], [out], n * out_px * c_g * k_g * taps * groups * 2)
+        return _depthwise_cost([x, w], [out], n * out_px * c_g * k_g * taps * groups * 2)
     read = x.nbytes + w.nbytes + (bias.nbytes if bias else 0)
     moved = read + out.nbytes
     if transposed:
-        g = _gemm(ctx, x, n * in_px, k_g * taps, c_g, groups, "fprop", moved)
+        m, cols, k = n * in_px, k_g * taps, c_g
     else:
-        g = _gemm(ctx, x, n * out_px, k_g, c_g * taps, groups, "fprop", moved)
-    extra, notes = _layout_cost(ctx, g.dtype, [x, out])
-    return Cost(
-        flops=g.flops,
-        bytes_read=read + extra / 2,
-        bytes_written=out.nbytes + extra / 2,
-        category="contraction",
-        family="conv",
-        gemms=(g,),
-        notes=notes,
+        m, cols, k = n * out_px, k_g, c_g * taps
+    g = make_gemm(
+        ctx, x.dtype, m, cols, k, groups, role="fprop", tensor_bytes=moved, conv_reduction=k
     )
+    return contraction([g], read, out.nbytes, layout_transpose_bytes=_transpose_bytes([x, out]))
 
 
-@register("aten.convolution_backward")
-def convolution_backward(e: OpEvent, ctx: CostContext) -> Cost:
+@register(aten.convolution_backward, **_CONV)
+def convolution_backward(e: OpEvent, ctx: CostContext) -> Cost | Costed:
     grad_out, x, w = e.args[0], e.args[1], e.args[2]
     # (grad_out, input, weight, bias_sizes, stride, padding, dilation, transposed,
     #  output_padding, groups, output_mask)
@@ -120,32 +108,33 @@ def convolution_backward(e: OpEvent, ctx: CostContext) -> Cost:
     n, in_px, out_px, c_g, k_g, taps = _dims(x, w, grad_out, transposed, groups)
     if _depthwise(groups, c_g, k_g):
         flops = sum(mask[:2]) * n * out_px * c_g * k_g * taps * groups * 2
-        return _depthwise_cost(e, [grad_out, x, w], list(e.outputs), flops)
+        return _depthwise_cost([grad_out, x, w], list(e.outputs), flops)
     gemms, read, written = [], 0, 0
-    if mask[0]:  # data gradient
-        moved = grad_out.nbytes + w.nbytes + x.nbytes
-        rows = n * (in_px if transposed else out_px)
-        gemms.append(_gemm(ctx, x, rows, c_g, k_g * taps, groups, "dgrad", moved))
+    pixels = n * (in_px if transposed else out_px)
+    moved = grad_out.nbytes + w.nbytes + x.nbytes
+    if mask[0]:  # data gradient: reads grad_out and w, writes dx
+        dgrad = make_gemm(
+            ctx, x.dtype, pixels, c_g, k_g * taps, groups, role="dgrad", tensor_bytes=moved,
+            conv_reduction=k_g * taps,
+        )  # fmt: skip
+        gemms.append(dgrad)
         read += grad_out.nbytes + w.nbytes
         written += x.nbytes
-    if mask[1]:  # weight gradient
-        pixels = n * (in_px if transposed else out_px)
-        moved = grad_out.nbytes + x.nbytes + w.nbytes
-        gemms.append(_gemm(ctx, x, k_g, c_g * taps, pixels, groups, "wgrad", moved))
+    if mask[1]:  # weight gradient: reads grad_out and x, writes dw
+        wgrad = make_gemm(
+            ctx, x.dtype, k_g, c_g * taps, pixels, groups, role="wgrad", tensor_bytes=moved,
+            conv_reduction=c_g * taps,
+        )  # fmt: skip
+        gemms.append(wgrad)
         read += grad_out.nbytes + x.nbytes
         written += w.nbytes
-    flops = sum(g.flops for g in gemms)
-    if len(mask) > 2 and mask[2]:  # bias gradient: a reduction of grad_out
-        read += grad_out.nbytes
-        flops += grad_out.numel
-    extra, notes = _layout_cost(ctx, gemms[0].dtype if gemms else "fp32", [grad_out, x])
-    return Cost(
-        flops=flops,
-        bytes_read=read + extra / 2,
-        bytes_written=written + extra / 2,
-        category="contraction",
-        family="conv",
-        gemms=tuple(gemms),
+    bias = grad_out.nbytes if len(mask) > 2 and mask[2] else 0  # a reduction of grad_out
+    return contraction(
+        gemms,
+        read + bias,
+        written,
+        extra_flops=grad_out.numel if bias else 0,
         kernels=max(1, len(gemms)),
-        notes=notes,
+        side_bytes=bias,
+        layout_transpose_bytes=_transpose_bytes([grad_out, x]),
     )

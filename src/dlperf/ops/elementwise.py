@@ -7,8 +7,16 @@ once: the cache serves their reuse. Dropout writes its mask too.
 
 from __future__ import annotations
 
+import torch
+
+from ..kinds import Category
 from ..tracing import OpEvent
-from . import Cost, CostContext, existing, register, tensor_args
+from .cost import Cost, CostContext
+from .factories import elementwise, first, memory_bound, out_bytes
+from .registry import aten_ops, existing, register
+
+aten = torch.ops.aten
+_ELEMENTWISE = Category.ELEMENTWISE
 
 # FLOPs per output element, by op (1 where not listed).
 _UNARY = {
@@ -118,60 +126,29 @@ _BINARY = {
 _KINDS = {**_UNARY, **_BINARY}
 
 
-def _elementwise(e: OpEvent, ctx: CostContext) -> Cost:
-    name = e.packet.split(".", 1)[1].rstrip("_")
-    per_element = _KINDS.get(name, _KINDS.get(name.split("_backward")[0], 1))
-    out = e.outputs[0] if e.outputs else None
-    if out is None:  # in-place: the first argument is the output
-        ts = tensor_args(e)
-        out = ts[0] if ts else None
-    if out is None:
-        return Cost(category="elementwise", family="elementwise")
-    read = sum(t.nbytes for t in e.tensors())
-    return Cost(
-        flops=per_element * out.numel,
-        bytes_read=read,
-        bytes_written=out.nbytes,
-        category="elementwise",
-        family="elementwise",
-    )
+for _name, _flops in _KINDS.items():
+    register(
+        *existing(f"aten.{_name}", f"aten.{_name}_"), category=_ELEMENTWISE, family="elementwise"
+    )(elementwise(_flops))
 
-
-for _name in _KINDS:
-    register(*existing(f"aten.{_name}", f"aten.{_name}_"))(_elementwise)
-
-
-@register("aten.native_dropout")
-def dropout(e: OpEvent, ctx: CostContext) -> Cost:
-    x = tensor_args(e)[0]
-    # reads x, writes the output and a one-byte mask per element
-    written = sum(t.nbytes for t in e.outputs)
-    return Cost(
-        flops=2 * x.numel,
-        bytes_read=x.nbytes,
-        bytes_written=written,
-        category="elementwise",
-        family="dropout",
-    )
-
-
-@register("aten.native_dropout_backward")
-def dropout_backward(e: OpEvent, ctx: CostContext) -> Cost:
-    return _elementwise(e, ctx)
+# reads x, writes the output and a one-byte mask per element
+register(aten.native_dropout, category=_ELEMENTWISE, family="dropout")(
+    memory_bound(flops=lambda e: 2 * first(e).numel, read=lambda e: first(e).nbytes)
+)
+register(aten.native_dropout_backward, category=_ELEMENTWISE, family="elementwise")(elementwise(1))
 
 
 @register(
-    "aten.bernoulli",
-    "aten.bernoulli_",
-    "aten.uniform_",
-    "aten.normal_",
-    "aten.rand_like",
-    "aten.randn_like",
-    "aten.rand",
-    "aten.randn",
-    "aten.randint",
-    "aten.exponential_",
+    *aten_ops(
+        """
+        bernoulli bernoulli_ uniform_ normal_ rand_like randn_like rand randn randint
+        exponential_
+        """
+    ),
+    category=_ELEMENTWISE,
+    family="random",
 )
 def random(e: OpEvent, ctx: CostContext) -> Cost:
-    written = sum(t.nbytes for t in e.outputs) or sum(t.nbytes for t in tensor_args(e)[:1])
-    return Cost(flops=4 * written, bytes_written=written, category="elementwise", family="random")
+    x = first(e)
+    written = out_bytes(e) or (x.nbytes if x else 0)
+    return Cost(flops=4 * written, bytes_written=written)

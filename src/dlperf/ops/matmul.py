@@ -6,84 +6,59 @@ these (plus views), so they need no handler of their own.
 
 from __future__ import annotations
 
-from ..precision import DTYPE_NAMES
+import torch
+
+from ..kinds import Category
 from ..tracing import OpEvent, TensorMeta
-from . import Cost, CostContext, Gemm, out_bytes, register
+from .cost import Cost, CostContext
+from .factories import contraction, in_bytes, make_gemm, out_bytes
+from .registry import register
+
+aten = torch.ops.aten
+_MATMUL = {"category": Category.CONTRACTION, "family": "matmul"}
 
 
-def gemm_cost(
-    ctx: CostContext,
-    a: TensorMeta,
-    m: int,
-    n: int,
-    k: int,
-    batch: int,
-    read: int,
-    written: int,
-    role: str = "",
-) -> Cost:
-    storage = DTYPE_NAMES.get(a.dtype, "fp32")
-    g = Gemm(
-        m,
-        n,
-        k,
-        batch=batch,
-        dtype=ctx.precision.contraction_dtype(a.dtype),
-        storage=storage,
-        role=role,
-    )
-    return Cost(
-        flops=g.flops,
-        bytes_read=read,
-        bytes_written=written,
-        category="contraction",
-        family="matmul",
-        gemms=(g,),
-    )
+def _product(ctx: CostContext, e: OpEvent, a: TensorMeta, m, n, k, batch, read) -> Cost:
+    return contraction([make_gemm(ctx, a.dtype, m, n, k, batch)], read, out_bytes(e))
 
 
-@register("aten.mm")
+@register(aten.mm, **_MATMUL)
 def mm(e: OpEvent, ctx: CostContext) -> Cost:
     a, b = e.args[0], e.args[1]
     (m, k), n = a.shape, b.shape[1]
-    return gemm_cost(ctx, a, m, n, k, 1, a.nbytes + b.nbytes, out_bytes(e))
+    return _product(ctx, e, a, m, n, k, 1, a.nbytes + b.nbytes)
 
 
-@register("aten.addmm")
+@register(aten.addmm, **_MATMUL)
 def addmm(e: OpEvent, ctx: CostContext) -> Cost:
     bias, a, b = e.args[0], e.args[1], e.args[2]
     (m, k), n = a.shape, b.shape[1]
     # The bias is added in the GEMM's epilogue: read once, no extra pass.
-    return gemm_cost(ctx, a, m, n, k, 1, a.nbytes + b.nbytes + bias.nbytes, out_bytes(e))
+    return _product(ctx, e, a, m, n, k, 1, a.nbytes + b.nbytes + bias.nbytes)
 
 
-@register("aten.bmm")
+@register(aten.bmm, **_MATMUL)
 def bmm(e: OpEvent, ctx: CostContext) -> Cost:
     a, b = e.args[0], e.args[1]
     batch, m, k = a.shape
-    n = b.shape[2]
-    return gemm_cost(ctx, a, m, n, k, batch, a.nbytes + b.nbytes, out_bytes(e))
+    return _product(ctx, e, a, m, b.shape[2], k, batch, a.nbytes + b.nbytes)
 
 
-@register("aten.baddbmm")
+@register(aten.baddbmm, **_MATMUL)
 def baddbmm(e: OpEvent, ctx: CostContext) -> Cost:
     c, a, b = e.args[0], e.args[1], e.args[2]
     batch, m, k = a.shape
-    n = b.shape[2]
-    return gemm_cost(ctx, a, m, n, k, batch, a.nbytes + b.nbytes + c.nbytes, out_bytes(e))
+    return _product(ctx, e, a, m, b.shape[2], k, batch, a.nbytes + b.nbytes + c.nbytes)
 
 
-@register("aten.mv", "aten.addmv")
+@register(aten.mv, aten.addmv, **_MATMUL)
 def mv(e: OpEvent, ctx: CostContext) -> Cost:
-    mats = [a for a in e.args if isinstance(a, TensorMeta) and len(a.shape) == 2]
-    a = mats[0]
+    a = next(t for t in e.args if isinstance(t, TensorMeta) and len(t.shape) == 2)
     m, k = a.shape
-    read = sum(t.nbytes for t in e.tensors())
-    return gemm_cost(ctx, a, m, 1, k, 1, read, out_bytes(e))
+    return _product(ctx, e, a, m, 1, k, 1, in_bytes(e))
 
 
-@register("aten.dot", "aten.vdot")
+@register(aten.dot, aten.vdot, **_MATMUL)
 def dot(e: OpEvent, ctx: CostContext) -> Cost:
     a = e.args[0]
-    read = sum(t.nbytes for t in e.tensors())
-    return gemm_cost(ctx, a, 1, 1, a.shape[0], 1, read, out_bytes(e))
+    return _product(ctx, e, a, 1, 1, a.shape[0], 1, in_bytes(e))

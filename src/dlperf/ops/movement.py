@@ -1,280 +1,130 @@
-"""Views, allocation, data movement, reductions, indexing, embedding, losses.
+"""Data movement, reductions, indexing, embedding, losses.
 
-Views and metadata ops move nothing and cost nothing. Copies, casts,
-concatenation and materialised transposes read their input and write their
-output. Reductions read their input once.
+Copies, casts, concatenation and materialised transposes read their input
+and write their output. Reductions read their input once. Views and
+metadata ops move nothing: the tracer counts them (`tracing.views`), and
+they have no handler.
 """
 
 from __future__ import annotations
 
+import torch
+
+from ..kinds import Category
 from ..tracing import OpEvent
-from . import Cost, CostContext, in_bytes, out_bytes, register, tensor_args
+from .factories import first, memory_bound, out_bytes, tensor_args
+from .registry import aten_ops, register
 
-VIEWS = (
-    "view",
-    "_unsafe_view",
-    "reshape",
-    "_reshape_alias",
-    "t",
-    "transpose",
-    "permute",
-    "expand",
-    "expand_as",
-    "squeeze",
-    "unsqueeze",
-    "slice",
-    "select",
-    "as_strided",
-    "alias",
-    "split",
-    "split_with_sizes",
-    "chunk",
-    "unbind",
-    "narrow",
-    "diagonal",
-    "view_as",
-    "unflatten",
-    "flatten",
-    "movedim",
-    "detach",
-    "detach_",
-    "_to_dense",
-    "lift_fresh",
-    "numpy_T",
-    "mT",
-    "unfold",
-    "view_as_real",
-    "view_as_complex",
-    "_conj",
-    "conj",
-    "resolve_conj",
-    "resolve_neg",
-    "_neg_view",
-    "set_",
-    "resize_",
-    "as_strided_",
-    "squeeze_",
-    "unsqueeze_",
-    "t_",
-    "transpose_",
-    "_has_compatible_shallow_copy_type",
-    "is_same_size",
-    "sym_size",
-    "sym_stride",
-    "sym_numel",
-    "sym_storage_offset",
-    "_local_scalar_dense",
-    "empty",
-    "empty_like",
-    "empty_strided",
-    "new_empty",
-    "new_empty_strided",
-    "scalar_tensor",
-    "_assert_async",
-    "_assert_tensor_metadata",
-    "_functional_assert_async",
-    "record_stream",
-    "_version",
-    "size",
-    "stride",
-    "dim",
-    "is_contiguous",
-)
+aten = torch.ops.aten
+_OTHER = Category.OTHER
 
 
-@register(*(f"aten.{name}" for name in VIEWS))
-def view(e: OpEvent, ctx: CostContext) -> Cost:
-    return Cost(category="view", family="view", kernels=0)
-
-
-@register(
-    "aten._to_copy",
-    "aten.copy_",
-    "aten.clone",
-    "aten.contiguous",
-    "aten.copy",
-    "aten._copy_from",
-    "aten.lift_fresh_copy",
-    "aten.to",
-    "aten.roll",
-    "aten.flip",
-    "aten.repeat",
-    "aten.tile",
-    "aten.pixel_shuffle",
-    "aten.pixel_unshuffle",
-    "aten.channel_shuffle",
-    "aten.constant_pad_nd",
-    "aten.reflection_pad2d",
-    "aten.replication_pad2d",
-    "aten.pad",
-    "aten.triu_indices",
-    "aten.tril_indices",
-    "aten.col2im",
-    "aten.im2col",
-    "aten.masked_select",
-)
-def copy(e: OpEvent, ctx: CostContext) -> Cost:
-    out = out_bytes(e) or (tensor_args(e)[0].nbytes if tensor_args(e) else 0)
-    src = tensor_args(e)[-1] if "copy_" in e.op else (tensor_args(e) or [None])[0]
-    return Cost(
-        bytes_read=src.nbytes if src else 0, bytes_written=out, category="other", family="movement"
-    )
-
-
-@register("aten.cat", "aten.stack", "aten.hstack", "aten.vstack", "aten.concat")
-def cat(e: OpEvent, ctx: CostContext) -> Cost:
-    return Cost(
-        bytes_read=in_bytes(e), bytes_written=out_bytes(e), category="other", family="movement"
-    )
-
-
-@register(
-    "aten.zeros",
-    "aten.ones",
-    "aten.full",
-    "aten.zeros_like",
-    "aten.ones_like",
-    "aten.full_like",
-    "aten.new_zeros",
-    "aten.new_ones",
-    "aten.new_full",
-    "aten.arange",
-    "aten.linspace",
-    "aten.eye",
-    "aten.index_put",
-    "aten.index_put_",
-    "aten._index_put_impl_",
-)
-def fill(e: OpEvent, ctx: CostContext) -> Cost:
-    read = in_bytes(e) if "index_put" in e.op or "masked" in e.op else 0
-    return Cost(bytes_read=read, bytes_written=out_bytes(e), category="other", family="fill")
-
-
-@register(
-    "aten.sum",
-    "aten.mean",
-    "aten.amax",
-    "aten.amin",
-    "aten.max",
-    "aten.min",
-    "aten.argmax",
-    "aten.argmin",
-    "aten.prod",
-    "aten.var",
-    "aten.std",
-    "aten.var_mean",
-    "aten.std_mean",
-    "aten.norm",
-    "aten.linalg_vector_norm",
-    "aten.logsumexp",
-    "aten.any",
-    "aten.all",
-    "aten.cumsum",
-    "aten.cumprod",
-    "aten.sort",
-    "aten.topk",
-    "aten.count_nonzero",
-    "aten.nansum",
-    "aten.aminmax",
-    "aten.median",
-    "aten.mode",
-    "aten.kthvalue",
-)
-def reduction(e: OpEvent, ctx: CostContext) -> Cost:
-    x = tensor_args(e)[0] if tensor_args(e) else None
-    numel = x.numel if x else 0
-    return Cost(
-        flops=numel,
-        bytes_read=in_bytes(e),
-        bytes_written=out_bytes(e),
-        category="other",
-        family="reduction",
-    )
-
-
-@register(
-    "aten.index",
-    "aten.index_select",
-    "aten.gather",
-    "aten.take",
-    "aten.take_along_dim",
-    "aten.embedding",
-    "aten._embedding_bag",
-    "aten.embedding_bag",
-)
-def gather(e: OpEvent, ctx: CostContext) -> Cost:
-    # reads the indices and only the gathered rows, writes the output
+def _copy_source(e: OpEvent) -> int:
+    """The tensor a copy reads: the source of an in-place `copy_` (its last), else the first."""
     ts = tensor_args(e)
-    index_bytes = sum(t.nbytes for t in ts[1:] if not t.is_float)
-    if "embedding" in e.op:
-        index_bytes = sum(t.nbytes for t in ts if not t.is_float)
-    written = out_bytes(e)
-    return Cost(
-        bytes_read=index_bytes + written, bytes_written=written, category="other", family="gather"
-    )
+    src = ts[-1] if "copy_" in e.op else (ts[0] if ts else None)
+    return src.nbytes if src else 0
 
 
-@register(
-    "aten.scatter",
-    "aten.scatter_",
-    "aten.scatter_add",
-    "aten.scatter_add_",
-    "aten.scatter_reduce",
-    "aten.scatter_reduce_",
-    "aten.index_add",
-    "aten.index_add_",
-    "aten.index_copy",
-    "aten.index_copy_",
-    "aten.index_fill",
-    "aten.index_fill_",
-    "aten.embedding_dense_backward",
-    "aten.embedding_backward",
-    "aten._embedding_bag_backward",
-    "aten.select_backward",
-    "aten.slice_backward",
-    "aten.diagonal_backward",
-    "aten.unfold_backward",
-    "aten.slice_scatter",
-    "aten.select_scatter",
-    "aten.diagonal_scatter",
-    "aten.as_strided_scatter",
-    "aten.masked_scatter_backward",
-    "aten.index_select_backward",
+def _copy_written(e: OpEvent) -> int:
+    x = first(e)
+    return out_bytes(e) or (x.nbytes if x else 0)
+
+
+register(
+    *aten_ops(
+        """
+        _to_copy copy_ clone contiguous copy _copy_from lift_fresh_copy to roll flip repeat tile
+        pixel_shuffle pixel_unshuffle channel_shuffle constant_pad_nd reflection_pad2d
+        replication_pad2d pad triu_indices tril_indices col2im im2col masked_select
+        """
+    ),
+    category=_OTHER,
+    family="movement",
+)(memory_bound(read=_copy_source, written=_copy_written))
+
+register(
+    aten.cat, aten.stack, aten.hstack, aten.vstack, aten.concat, category=_OTHER, family="movement"
+)(memory_bound())
+
+
+register(
+    *aten_ops(
+        """
+        zeros ones full zeros_like ones_like full_like new_zeros new_ones new_full arange
+        linspace eye
+        """
+    ),
+    category=_OTHER,
+    family="fill",
+)(memory_bound(read=lambda e: 0))
+# writes into the destination from the values and indices it reads
+register(aten.index_put, aten.index_put_, aten._index_put_impl_, category=_OTHER, family="fill")(
+    memory_bound()
 )
-def scatter(e: OpEvent, ctx: CostContext) -> Cost:
-    # writes the whole destination (zero it, then accumulate), reads the sources
-    return Cost(
-        flops=sum(t.numel for t in tensor_args(e)[:1]),
-        bytes_read=in_bytes(e),
-        bytes_written=out_bytes(e),
-        category="other",
-        family="scatter",
-    )
 
 
-@register(
-    "aten.nll_loss_forward",
-    "aten.nll_loss2d_forward",
-    "aten.nll_loss_nd",
-    "aten.mse_loss",
-    "aten.l1_loss",
-    "aten.smooth_l1_loss",
-    "aten.huber_loss",
-    "aten.binary_cross_entropy",
-    "aten.binary_cross_entropy_with_logits",
-    "aten.nll_loss_backward",
-    "aten.nll_loss2d_backward",
-    "aten.mse_loss_backward",
-    "aten.smooth_l1_loss_backward",
-    "aten.huber_loss_backward",
-    "aten.binary_cross_entropy_backward",
-    "aten.cross_entropy_loss",
-)
-def loss(e: OpEvent, ctx: CostContext) -> Cost:
-    return Cost(
-        flops=2 * sum(t.numel for t in e.outputs),
-        bytes_read=in_bytes(e),
-        bytes_written=out_bytes(e),
-        category="other",
-        family="loss",
-    )
+def _first_numel(e: OpEvent) -> int:
+    x = first(e)
+    return x.numel if x else 0
+
+
+register(
+    *aten_ops(
+        """
+        sum mean amax amin max min argmax argmin prod var std var_mean std_mean norm
+        linalg_vector_norm logsumexp any all cumsum cumprod sort topk count_nonzero nansum
+        aminmax median mode kthvalue
+        """
+    ),
+    category=_OTHER,
+    family="reduction",
+)(memory_bound(flops=_first_numel))
+
+
+def _gathered(e: OpEvent) -> int:
+    """A gather reads the indices and only the gathered rows (as many as it writes)."""
+    ts = tensor_args(e)
+    indices = ts if "embedding" in e.op else ts[1:]
+    return sum(t.nbytes for t in indices if not t.is_float) + out_bytes(e)
+
+
+register(
+    *aten_ops(
+        """
+        index index_select gather take take_along_dim embedding _embedding_bag embedding_bag
+        """
+    ),
+    category=_OTHER,
+    family="gather",
+)(memory_bound(read=_gathered))
+
+
+# A scatter writes the whole destination (zero it, then accumulate) and reads the sources.
+register(
+    *aten_ops(
+        """
+        scatter scatter_ scatter_add scatter_add_ scatter_reduce scatter_reduce_ index_add
+        index_add_ index_copy index_copy_ index_fill index_fill_ embedding_dense_backward
+        embedding_backward _embedding_bag_backward select_backward slice_backward
+        diagonal_backward unfold_backward slice_scatter select_scatter diagonal_scatter
+        as_strided_scatter masked_scatter_backward index_select_backward
+        """
+    ),
+    category=_OTHER,
+    family="scatter",
+)(memory_bound(flops=_first_numel))
+
+
+register(
+    *aten_ops(
+        """
+        nll_loss_forward nll_loss2d_forward nll_loss_nd mse_loss l1_loss smooth_l1_loss
+        huber_loss binary_cross_entropy binary_cross_entropy_with_logits nll_loss_backward
+        nll_loss2d_backward mse_loss_backward smooth_l1_loss_backward huber_loss_backward
+        binary_cross_entropy_backward cross_entropy_loss
+        """
+    ),
+    category=_OTHER,
+    family="loss",
+)(memory_bound(flops=lambda e: 2 * sum(t.numel for t in e.outputs)))

@@ -3,8 +3,9 @@
 A pass reads (or writes) the whole tensor once. Batch norm in training
 makes one read pass when cuDNN's persistent (single-pass) kernel applies, and
 two otherwise (statistics, then normalize): seed 000, chapter 3. The
-persistent kernel needs the tensor to fit on chip: we take the register
-files of all SMs (256 KiB each on Volta and later) as that capacity.
+persistent kernel needs the tensor to fit on chip, which only the device
+knows: the handlers give the re-read bytes and the working set as hints, and
+the pricing compares them with the spec's on-chip capacity.
 Softmax and layer norm rows that fit on chip are read once; longer rows are
 read again per pass.
 """
@@ -12,6 +13,7 @@ read again per pass.
 from __future__ import annotations
 
 import sys
+from math import prod
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -19,9 +21,16 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from ..tracing import OpEvent
-from . import Cost, CostContext, in_bytes, out_bytes, register, tensor_args
+import torch
 
+from ..kinds import Category
+from ..tracing import OpEvent
+from .cost import Cost, CostContext, Costed, noted
+from .factories import first, in_bytes, memory_bound, out_bytes, tensor_args
+from .registry import aten_ops, register
+
+aten = torch.ops.aten
+_NORM = Category.NORMALIZATION
 CALIBRATION_FILE = Path(__file__).with_name("calibration.toml")
 
 
@@ -30,9 +39,8 @@ def _load_calibration() -> dict:
         return tomllib.load(f)
 
 
-ON_CHIP_BYTES_PER_SM = 256 * 1024
 # A row longer than this many bytes no longer stays in one block's shared
-# memory and registers: the kernel reads it once per pass.
+# memory and registers (PyTorch's row kernels): the kernel reads it once per pass.
 ROW_ON_CHIP_BYTES = 48 * 1024
 # Effective reads of the input per call when rows fit on chip: PyTorch's row
 # kernels (statistics, then normalize) get part of the second read from DRAM.
@@ -44,129 +52,125 @@ SOFTMAX_READS = float(_FITTED["softmax_reads"])
 FLOPS_PER_ELEMENT = {"batch_norm": 8, "layer_norm": 8, "group_norm": 8, "softmax": 5, "rms": 5}
 
 
-def _persistent(ctx: CostContext, nbytes: int) -> bool:
-    return nbytes <= ctx.spec.sm_count * ON_CHIP_BYTES_PER_SM
-
-
-def _norm_cost(e: OpEvent, kind: str, extra_reads: float, persistent: bool) -> Cost:
-    x = tensor_args(e)[0]
-    passes = 1 if persistent else 1 + extra_reads
-    read = in_bytes(e) + (passes - 1) * x.nbytes
-    note = "single pass (persistent)" if persistent else f"{passes:.3g} read passes"
-    return Cost(
-        flops=FLOPS_PER_ELEMENT[kind] * x.numel,
-        bytes_read=read,
-        bytes_written=out_bytes(e),
-        category="normalization",
-        family=kind,
-        notes=(note,),
-    )
-
-
 @register(
-    "aten.native_batch_norm",
-    "aten._native_batch_norm_legit",
-    "aten._native_batch_norm_legit_no_training",
-    "aten.cudnn_batch_norm",
-    "aten.miopen_batch_norm",
-    "aten._batch_norm_with_update",
-    "aten._batch_norm_no_update",
-    "aten.batch_norm_update_stats",
+    *aten_ops(
+        """
+        native_batch_norm _native_batch_norm_legit _native_batch_norm_legit_no_training
+        cudnn_batch_norm miopen_batch_norm _batch_norm_with_update _batch_norm_no_update
+        batch_norm_update_stats
+        """
+    ),
+    category=_NORM,
+    family="batch_norm",
 )
 def batch_norm(e: OpEvent, ctx: CostContext) -> Cost:
-    x = tensor_args(e)[0]
+    x = first(e)
     flag = e.args[5] if len(e.args) > 5 else None
     training = flag if isinstance(flag, bool) else "with_update" in e.op
     if "no_training" in e.op or "no_update" in e.op:
         training = False
-    if not training:
-        return _norm_cost(e, "batch_norm", 0, True)
-    return _norm_cost(e, "batch_norm", 1, _persistent(ctx, x.nbytes))
+    # Training: statistics, then normalize: x is read again unless it fits on
+    # chip. Inference uses the running statistics: one pass.
+    again = x.nbytes if training else 0
+    return Cost(
+        flops=FLOPS_PER_ELEMENT["batch_norm"] * x.numel,
+        bytes_read=in_bytes(e),
+        bytes_written=out_bytes(e),
+        reread_bytes=again,
+        working_set_bytes=again,
+    )
 
 
 @register(
-    "aten.native_batch_norm_backward",
-    "aten.cudnn_batch_norm_backward",
-    "aten.batch_norm_backward",
-    "aten.miopen_batch_norm_backward",
+    *aten_ops(
+        """
+        native_batch_norm_backward cudnn_batch_norm_backward batch_norm_backward
+        miopen_batch_norm_backward
+        """
+    ),
+    category=_NORM,
+    family="batch_norm",
 )
 def batch_norm_backward(e: OpEvent, ctx: CostContext) -> Cost:
-    grad = tensor_args(e)[0]
-    # Statistics of the gradient, then the elementwise pass: x and grad twice.
-    persistent = _persistent(ctx, 2 * grad.nbytes)
-    passes = 1 if persistent else 2
-    read = in_bytes(e) + (passes - 1) * 2 * grad.nbytes
-    note = "single pass (persistent)" if persistent else "two read passes"
+    grad = first(e)
+    # Statistics of the gradient, then the elementwise pass: x and grad read
+    # again unless both fit on chip.
+    both = 2 * grad.nbytes
     return Cost(
         flops=10 * grad.numel,
-        bytes_read=read,
+        bytes_read=in_bytes(e),
         bytes_written=out_bytes(e),
-        category="normalization",
-        family="batch_norm",
-        notes=(note,),
+        reread_bytes=both,
+        working_set_bytes=both,
     )
 
 
 def _row_passes(e: OpEvent, row_elements: int, on_chip: float, passes_if_long: int) -> float:
-    x = tensor_args(e)[0]
-    return on_chip if row_elements * x.itemsize <= ROW_ON_CHIP_BYTES else passes_if_long
+    return on_chip if row_elements * first(e).itemsize <= ROW_ON_CHIP_BYTES else passes_if_long
 
 
-@register(
-    "aten.native_layer_norm", "aten.native_group_norm", "aten._fused_rms_norm", "aten.rms_norm"
-)
-def layer_norm(e: OpEvent, ctx: CostContext) -> Cost:
-    x = tensor_args(e)[0]
-    if "group_norm" in e.op:
-        n, groups = x.shape[0], e.args[6] if len(e.args) > 6 else 1
-        row = x.numel // max(1, n * int(groups))
-        kind = "group_norm"
-    else:
-        shape = e.args[1] if isinstance(e.args[1], (list, tuple)) else [x.shape[-1]]
-        row = 1
-        for s in shape:
-            row *= int(s)
-        kind = "rms" if "rms" in e.op else "layer_norm"
-    passes = _row_passes(e, row, LAYER_NORM_READS, 2)
-    return _norm_cost(e, kind, passes - 1, False)
+def _row_norm(kind: str):
+    """Layer, group and RMS norm: reads of x by the length of a row (what one
+    block normalizes)."""
+
+    def handler(e: OpEvent, ctx: CostContext) -> Costed:
+        x = first(e)
+        if kind == "group_norm":
+            n, groups = x.shape[0], e.args[6] if len(e.args) > 6 else 1
+            row = x.numel // max(1, n * int(groups))
+        else:
+            shape = e.args[1] if isinstance(e.args[1], (list, tuple)) else [x.shape[-1]]
+            row = prod(int(s) for s in shape)
+        passes = _row_passes(e, row, LAYER_NORM_READS, 2)
+        cost = Cost(
+            flops=FLOPS_PER_ELEMENT[kind] * x.numel,
+            bytes_read=in_bytes(e) + (passes - 1) * x.nbytes,
+            bytes_written=out_bytes(e),
+        )
+        return noted(cost, f"{passes:.3g} read passes")
+
+    return handler
 
 
-@register(
-    "aten.native_layer_norm_backward",
-    "aten.native_group_norm_backward",
-    "aten._fused_rms_norm_backward",
-)
-def layer_norm_backward(e: OpEvent, ctx: CostContext) -> Cost:
-    grad = tensor_args(e)[0]
-    read = in_bytes(e)
+register(aten.native_layer_norm, category=_NORM, family="layer_norm")(_row_norm("layer_norm"))
+register(aten.native_group_norm, category=_NORM, family="group_norm")(_row_norm("group_norm"))
+register(aten._fused_rms_norm, aten.rms_norm, category=_NORM, family="rms")(_row_norm("rms"))
+
+
+def _norm_backward_read(e: OpEvent) -> float:
     # Weight and bias gradients reduce over rows: a second read of grad and x.
-    read += 2 * grad.nbytes
-    return Cost(
-        flops=12 * grad.numel,
-        bytes_read=read,
-        bytes_written=out_bytes(e),
-        category="normalization",
-        family="layer_norm",
-    )
+    return in_bytes(e) + 2 * first(e).nbytes
 
 
-@register("aten._softmax", "aten._log_softmax", "aten._safe_softmax")
-def softmax(e: OpEvent, ctx: CostContext) -> Cost:
-    x = tensor_args(e)[0]
+register(
+    aten.native_layer_norm_backward,
+    aten.native_group_norm_backward,
+    aten._fused_rms_norm_backward,
+    category=_NORM,
+    family="layer_norm",
+)(memory_bound(flops=lambda e: 12 * first(e).numel, read=_norm_backward_read))
+
+
+@register(aten._softmax, aten._log_softmax, aten._safe_softmax, category=_NORM, family="softmax")
+def softmax(e: OpEvent, ctx: CostContext) -> Costed:
+    x = first(e)
     dim = e.args[1] if len(e.args) > 1 and isinstance(e.args[1], int) else -1
     row = x.shape[dim] if x.shape else 1
     passes = _row_passes(e, row, SOFTMAX_READS, 3)  # max, sum of exponentials, normalize
-    return Cost(
+    cost = Cost(
         flops=FLOPS_PER_ELEMENT["softmax"] * x.numel,
         bytes_read=x.nbytes * passes,
         bytes_written=out_bytes(e),
-        category="normalization",
-        family="softmax",
-        notes=(f"{passes:.3g} read passes",),
     )
+    return noted(cost, f"{passes:.3g} read passes")
 
 
-@register("aten._softmax_backward_data", "aten._log_softmax_backward_data")
+@register(
+    aten._softmax_backward_data,
+    aten._log_softmax_backward_data,
+    category=_NORM,
+    family="softmax",
+)
 def softmax_backward(e: OpEvent, ctx: CostContext) -> Cost:
     grad, out = tensor_args(e)[:2]
     row = grad.shape[e.args[2]] if len(e.args) > 2 and isinstance(e.args[2], int) else 1
@@ -175,6 +179,4 @@ def softmax_backward(e: OpEvent, ctx: CostContext) -> Cost:
         flops=4 * grad.numel,
         bytes_read=(grad.nbytes + out.nbytes) * passes,
         bytes_written=out_bytes(e),
-        category="normalization",
-        family="softmax",
     )

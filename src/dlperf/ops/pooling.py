@@ -11,119 +11,80 @@ from __future__ import annotations
 
 from math import prod
 
+import torch
+
+from ..kinds import Category
 from ..tracing import OpEvent
-from . import Cost, CostContext, in_bytes, out_bytes, register, tensor_args
+from .factories import first, memory_bound, tensor_args
+from .registry import aten_ops, register
+
+aten = torch.ops.aten
+_POOLING = {"category": Category.OTHER, "family": "pooling"}
+_UPSAMPLE = {"category": Category.OTHER, "family": "upsample"}
 
 
-def _window(e: OpEvent, x_index: int = 0) -> int:
-    for a in e.args[x_index + 1 :]:
+def _window(e: OpEvent) -> int:
+    for a in e.args[1:]:
         if isinstance(a, (list, tuple)) and a and all(isinstance(v, int) for v in a):
             return prod(a)
     return 1
 
 
-@register(
-    "aten.max_pool2d_with_indices",
-    "aten.max_pool3d_with_indices",
-    "aten.max_pool2d",
-    "aten.max_pool1d",
-    "aten.avg_pool2d",
-    "aten.avg_pool3d",
-    "aten.avg_pool1d",
-    "aten.max_pool1d_with_indices",
-)
-def pool(e: OpEvent, ctx: CostContext) -> Cost:
-    out = e.outputs[0]
-    return Cost(
-        flops=_window(e) * out.numel,
-        bytes_read=in_bytes(e),
-        bytes_written=out_bytes(e),
-        category="other",
-        family="pooling",
-    )
+def _grad_and_indices(e: OpEvent) -> int:
+    """The output gradient, and max pooling's indices (the integer tensors after the input)."""
+    return first(e).nbytes + sum(t.nbytes for t in tensor_args(e)[2:] if not t.is_float)
 
 
-@register(
-    "aten._adaptive_avg_pool2d",
-    "aten._adaptive_avg_pool3d",
-    "aten.adaptive_max_pool2d",
-    "aten.adaptive_max_pool3d",
-    "aten.adaptive_avg_pool1d",
-    "aten.adaptive_max_pool1d",
-)
-def adaptive_pool(e: OpEvent, ctx: CostContext) -> Cost:
-    x = tensor_args(e)[0]
-    return Cost(
-        flops=x.numel,
-        bytes_read=in_bytes(e),
-        bytes_written=out_bytes(e),
-        category="other",
-        family="pooling",
-    )
+register(
+    *aten_ops(
+        """
+        max_pool2d_with_indices max_pool3d_with_indices max_pool2d max_pool1d avg_pool2d
+        avg_pool3d avg_pool1d max_pool1d_with_indices
+        """
+    ),
+    **_POOLING,
+)(memory_bound(flops=lambda e: _window(e) * e.outputs[0].numel))
 
+register(
+    *aten_ops(
+        """
+        _adaptive_avg_pool2d _adaptive_avg_pool3d adaptive_max_pool2d adaptive_max_pool3d
+        adaptive_avg_pool1d adaptive_max_pool1d
+        """
+    ),
+    **_POOLING,
+)(memory_bound(flops=lambda e: first(e).numel))
 
-@register(
-    "aten.max_pool2d_with_indices_backward",
-    "aten.max_pool3d_with_indices_backward",
-    "aten.avg_pool2d_backward",
-    "aten.avg_pool3d_backward",
-    "aten._adaptive_avg_pool2d_backward",
-    "aten._adaptive_avg_pool3d_backward",
-    "aten.adaptive_max_pool2d_backward",
-    "aten.adaptive_max_pool3d_backward",
-)
-def pool_backward(e: OpEvent, ctx: CostContext) -> Cost:
-    grad = tensor_args(e)[0]
-    written = out_bytes(e)
-    return Cost(
-        flops=grad.numel,
-        bytes_read=grad.nbytes + sum(t.nbytes for t in tensor_args(e)[2:] if not t.is_float),
-        bytes_written=written,
-        category="other",
-        family="pooling",
-    )
+register(
+    *aten_ops(
+        """
+        max_pool2d_with_indices_backward max_pool3d_with_indices_backward avg_pool2d_backward
+        avg_pool3d_backward _adaptive_avg_pool2d_backward _adaptive_avg_pool3d_backward
+        adaptive_max_pool2d_backward adaptive_max_pool3d_backward
+        """
+    ),
+    **_POOLING,
+)(memory_bound(flops=lambda e: first(e).numel, read=_grad_and_indices))
 
+register(
+    *aten_ops(
+        """
+        upsample_nearest2d upsample_bilinear2d upsample_bicubic2d upsample_nearest1d
+        upsample_linear1d upsample_nearest3d upsample_trilinear3d _upsample_nearest_exact2d
+        _upsample_bilinear2d_aa grid_sampler_2d
+        """
+    ),
+    **_UPSAMPLE,
+)(memory_bound(flops=lambda e: 4 * e.outputs[0].numel))
 
-@register(
-    "aten.upsample_nearest2d",
-    "aten.upsample_bilinear2d",
-    "aten.upsample_bicubic2d",
-    "aten.upsample_nearest1d",
-    "aten.upsample_linear1d",
-    "aten.upsample_nearest3d",
-    "aten.upsample_trilinear3d",
-    "aten._upsample_nearest_exact2d",
-    "aten._upsample_bilinear2d_aa",
-    "aten.grid_sampler_2d",
-)
-def upsample(e: OpEvent, ctx: CostContext) -> Cost:
-    out = e.outputs[0]
-    return Cost(
-        flops=4 * out.numel,
-        bytes_read=in_bytes(e),
-        bytes_written=out_bytes(e),
-        category="other",
-        family="upsample",
-    )
-
-
-@register(
-    "aten.upsample_nearest2d_backward",
-    "aten.upsample_bilinear2d_backward",
-    "aten.upsample_bicubic2d_backward",
-    "aten.upsample_nearest1d_backward",
-    "aten.upsample_linear1d_backward",
-    "aten.upsample_nearest3d_backward",
-    "aten.upsample_trilinear3d_backward",
-    "aten._upsample_nearest_exact2d_backward",
-    "aten.grid_sampler_2d_backward",
-)
-def upsample_backward(e: OpEvent, ctx: CostContext) -> Cost:
-    grad = tensor_args(e)[0]
-    return Cost(
-        flops=4 * grad.numel,
-        bytes_read=grad.nbytes,
-        bytes_written=out_bytes(e),
-        category="other",
-        family="upsample",
-    )
+register(
+    *aten_ops(
+        """
+        upsample_nearest2d_backward upsample_bilinear2d_backward upsample_bicubic2d_backward
+        upsample_nearest1d_backward upsample_linear1d_backward upsample_nearest3d_backward
+        upsample_trilinear3d_backward _upsample_nearest_exact2d_backward
+        grid_sampler_2d_backward
+        """
+    ),
+    **_UPSAMPLE,
+)(memory_bound(flops=lambda e: 4 * first(e).numel, read=lambda e: first(e).nbytes))

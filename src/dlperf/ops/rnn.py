@@ -28,10 +28,13 @@ step's activations.
 
 from __future__ import annotations
 
-from ..dtypes import bytes_per_element
-from ..precision import DTYPE_NAMES
+import torch
+
+from ..kinds import Category
 from ..tracing import OpEvent
-from . import Cost, CostContext, Gemm, register
+from .cost import CostContext, Costed, Gemm, noted
+from .factories import contraction, make_gemm
+from .registry import register
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 # Largest hidden size whose recurrent weights cuDNN keeps on chip, per unit
@@ -60,20 +63,19 @@ def persistence(info: dict, dtype: str) -> tuple[bool, str]:
 
 
 def rnn_gemms(
-    info: dict, phase: str, dtype: str, storage: str, persistent: bool = False
+    info: dict, phase: str, ctx: CostContext, dtype: torch.dtype, persistent: bool = False
 ) -> list[Gemm]:
+    """The GEMMs of Table 1 for a layer run on tensors of `dtype`."""
     gates = GATES[info["mode"]]
     hidden = info["hidden_size"]
     out_size = info.get("proj_size") or hidden
     batch, seq = info["batch"], info["seq"]
     directions = 2 if info["bidirectional"] else 1
-    item = bytes_per_element(storage)
+    item = dtype.itemsize
     gemms = []
 
     def add(m, n, k, count, role):
-        gemms.append(
-            Gemm(m, n, k, count=count * directions, dtype=dtype, storage=storage, role=role)
-        )
+        gemms.append(make_gemm(ctx, dtype, m, n, k, count=count * directions, role=role))
 
     def recurrent(m, n, k, role):
         if not persistent:
@@ -82,8 +84,8 @@ def rnn_gemms(
         # one launch per direction runs the S steps; the M x K weights stay on chip after one read
         moved = (m * k + seq * (k * n + m * n)) * item * directions
         gemms.append(
-            Gemm(m, n, k, count=seq * directions, dtype=dtype, storage=storage, role=role,
-                 tensor_bytes=moved, launches=directions)
+            make_gemm(ctx, dtype, m, n, k, count=seq * directions, role=role,
+                      tensor_bytes=moved, launches=directions)
         )  # fmt: skip
 
     for layer in range(info["num_layers"]):
@@ -100,35 +102,27 @@ def rnn_gemms(
     return gemms
 
 
-@register("dlperf.rnn.lstm", "dlperf.rnn.gru", "dlperf.rnn.rnn_tanh", "dlperf.rnn.rnn_relu")
-def recurrent(e: OpEvent, ctx: CostContext) -> Cost:
+def recurrent(e: OpEvent, ctx: CostContext) -> Costed:
     info = e.info
     x = e.args[0]
     # Autocast runs cuDNN's RNN in half precision whatever the input's dtype.
     run_dtype = ctx.precision.autocast_dtype or x.dtype
-    dtype = ctx.precision.contraction_dtype(run_dtype)
-    storage = DTYPE_NAMES.get(run_dtype, "fp32")
-    ok, why = persistence(info, dtype)
-    gemms = rnn_gemms(info, e.phase, dtype, storage, persistent=ok)
-    flops = sum(g.flops for g in gemms)
+    ok, why = persistence(info, ctx.precision.contraction_dtype(run_dtype))
+    gemms = rnn_gemms(info, e.phase, ctx, run_dtype, persistent=ok)
     item = x.itemsize
     directions = 2 if info["bidirectional"] else 1
     hidden, batch, seq = info["hidden_size"], info["batch"], info["seq"]
     gates = GATES[info["mode"]]
     # Gate pre-activations are written once and read once per layer and step.
     gate_bytes = 2 * info["num_layers"] * directions * seq * batch * gates * hidden * item
-    flops += GATE_FLOPS * info["num_layers"] * directions * seq * batch * gates * hidden
+    gate_flops = GATE_FLOPS * info["num_layers"] * directions * seq * batch * gates * hidden
     # weights are read once per launch (a persistent launch covers every step)
     weights = sum(g.m * g.k * item * (g.launches or g.count) for g in gemms)
     read = x.nbytes + weights + gate_bytes / 2
     written = seq * batch * hidden * directions * item * info["num_layers"] + gate_bytes / 2
-    return Cost(
-        flops=flops,
-        bytes_read=read,
-        bytes_written=written,
-        category="contraction",
-        family="rnn",
-        gemms=tuple(gemms),
-        kernels=len(gemms),
-        notes=(f"persistent: {why}" if ok else f"standard kernel: {why}",),
-    )
+    cost = contraction(gemms, read, written, extra_flops=gate_flops, kernels=len(gemms))
+    return noted(cost, f"persistent: {why}" if ok else f"standard kernel: {why}")
+
+
+for _mode in ("lstm", "gru", "rnn_tanh", "rnn_relu"):
+    register(f"dlperf.rnn.{_mode}", category=Category.CONTRACTION, family="rnn")(recurrent)

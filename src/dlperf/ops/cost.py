@@ -1,0 +1,100 @@
+"""What an op costs, as numbers: FLOPs, bytes, kernels, the GEMMs it maps to,
+and the hints only a device can resolve.
+
+Conventions: one multiply-add is two FLOPs; bytes are those the kernel must
+move through device memory. A `Cost` holds no labels and no hardware: the
+category and family of an op come from its handler's registration, and a
+hint (NCHW data a Tensor Core kernel transposes, an input re-read unless it
+fits on chip) is priced by `pricing.time` with the device's spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import NamedTuple
+
+from ..kinds import Category
+from ..precision import Precision
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One GEMM shape an op runs `count` times (C[m,n] = A[m,k] B[k,n], `batch` at once)."""
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    count: int = 1
+    dtype: str = "fp32"  # math dtype
+    storage: str = "fp32"  # element dtype in memory
+    role: str = ""  # e.g. "fprop", "dgrad", "wgrad", "recurrent"
+    # Bytes the kernel really moves when its operands are implicit (a
+    # convolution's im2col matrix is never stored); 0 means the GEMM's own.
+    tensor_bytes: float = 0.0
+    # Kernel launches the `count` GEMMs take; 0 means one each. A persistent RNN
+    # kernel runs every step of a sequence in one launch.
+    launches: int = 0
+    # A convolution's channel reduction (C*R*S; K*R*S for the data gradient):
+    # CPU kernels run short dot products slowly. 0 for other GEMMs.
+    conv_reduction: int = 0
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.batch * self.count
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Numbers only; costs add up (`a + b`, `sum(costs)`)."""
+
+    flops: float = 0.0
+    bytes_read: float = 0.0
+    bytes_written: float = 0.0
+    kernels: int = 1
+    gemms: tuple[Gemm, ...] = ()
+    # Bytes a GEMM-backed op moves outside its GEMM kernels (a bias gradient's
+    # read of the output gradient), part of bytes_read; streamed after the GEMMs.
+    side_bytes: float = 0.0
+    # Hints: NCHW data (reads and writes) a Tensor Core kernel must transpose to
+    # NHWC, and an input the kernel reads again unless its working set fits on
+    # chip. Neither is in bytes_read: only the device can tell whether it applies.
+    layout_transpose_bytes: float = 0.0
+    reread_bytes: float = 0.0
+    working_set_bytes: float = 0.0
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_read + self.bytes_written
+
+    def __add__(self, other: Cost) -> Cost:
+        if not isinstance(other, Cost):
+            return NotImplemented
+        summed = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        return Cost(**summed)
+
+    def __radd__(self, other) -> Cost:
+        # `sum(costs)` starts from 0
+        return self if other == 0 else NotImplemented
+
+
+class Costed(NamedTuple):
+    """A cost with the labels of the op it prices (from the handler's
+    registration unless the handler narrows them) and its handler's remarks."""
+
+    cost: Cost
+    category: Category | None = None
+    family: str | None = None
+    remarks: tuple[str, ...] = ()
+
+
+def noted(cost: Cost, *remarks: str, family: str | None = None) -> Costed:
+    """A handler's cost with remarks for the reader (and a narrower family)."""
+    return Costed(cost, family=family, remarks=remarks)
+
+
+@dataclass(frozen=True)
+class CostContext:
+    """What a handler may know beyond the call: the precision policy, never the device."""
+
+    precision: Precision
