@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 import dlperf
-from dlperf.advice import fixes
+from dlperf.advice import engine, fixes
 from dlperf.cli import main
 from dlperf.errors import DlperfError
 
@@ -76,6 +76,8 @@ def test_channels_last():
     assert "channels-last" in rules_fired(conv_net(), x, rules=["channels-last"])
     model, x_last = fixes.channels_last(conv_net(), x)
     assert not rules_fired(model, x_last, rules=["channels-last"])
+    # plain fp32 runs on CUDA cores: NCHW data is not transposed, nothing to gain
+    assert not rules_fired(conv_net(), x, precision="fp32", rules=["channels-last"])
 
 
 def test_first_conv_channels():
@@ -92,9 +94,9 @@ def test_conv_bias_before_batch_norm():
 
 
 class SeparateQKV(nn.Module):
-    def __init__(self, d=512):
+    def __init__(self, d=512, out=None):
         super().__init__()
-        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(d, d) for _ in range(3))
+        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(d, out or d) for _ in range(3))
 
     def forward(self, x):
         return self.q_proj(x) + self.k_proj(x) * self.v_proj(x)
@@ -296,3 +298,57 @@ def test_rules_and_findings_name_the_guides_not_seed_files(capsys):
     advice = dlperf.advise(model, meta(8, 3, 32, 32), gpu="a100", precision="fp32")
     assert advice.findings
     assert "seed" not in str(advice.to_dict()).lower()
+
+
+def count_traces(monkeypatch) -> list:
+    """The models the session traces from now on (one entry per whole trace)."""
+    import dlperf.run
+
+    traced, real = [], dlperf.run.trace
+    monkeypatch.setattr(
+        dlperf.run, "trace", lambda m, *a, **k: traced.append(m) or real(m, *a, **k)
+    )
+    return traced
+
+
+def test_apply_applies_the_fix_its_rule_priced(monkeypatch):
+    x = meta(8, 3, 64, 64)
+    gain = rules_fired(conv_net(), x, rules=["channels-last"])["channels-last"].gain_time_s
+    traced = count_traces(monkeypatch)
+    done = engine.apply(conv_net(), "channels-last", x, gpu="a100", precision="amp-fp16")
+    assert done.applied == ["channels-last"]
+    assert done.predicted_time_s - done.predicted_time_after_s == pytest.approx(gain, rel=1e-9)
+    # the model as given, and in NHWC: the rule's priced model is the one applied, not re-traced
+    assert len(traced) == 2
+    assert set(done.to_dict()) == {"applied", "predicted_time_s", "predicted_time_after_s"}
+
+
+def test_first_conv_and_channels_last_share_the_nhwc_trace(monkeypatch):
+    traced = count_traces(monkeypatch)
+    found = rules_fired(
+        conv_net(3), meta(8, 3, 64, 64), rules=["channels-last", "first-conv-channels"]
+    )
+    assert set(found) == {"channels-last", "first-conv-channels"}
+    # as given, in NHWC (both rules), and with the fourth channel in NHWC
+    assert len(traced) == 3
+
+
+def test_apply_refuses_a_rule_without_an_automatic_fix(monkeypatch):
+    traced = count_traces(monkeypatch)
+    with pytest.raises(DlperfError, match="no automatic fix"):
+        engine.apply(nn.Linear(64, 64), "latency-bound", meta(2, 64))
+    assert traced == []  # refused before anything is traced
+
+
+def test_fixes_compose_when_they_touch_the_same_layers():
+    # 1001 outputs miss the alignment and Q, K, V are separate: fusing them gains more,
+    # so it comes first and the padding leaves the fused layers alone
+    model, x = SeparateQKV(1024, out=1001), meta(1024, 1024)
+    advice = dlperf.advise(model, x, gpu="a100", precision="amp-fp16")
+    gains = {f.rule: f.gain_time_s for f in advice.findings}
+    assert gains["fuse-qkv"] > gains["align-linear"] > 0
+    assert advice.predicted_time_after_s < advice.predicted_time_s
+    both = engine.apply(model, "fuse-qkv,align-linear", x, gpu="a100", precision="amp-fp16")
+    fused = engine.apply(model, "fuse-qkv", x, gpu="a100", precision="amp-fp16")
+    assert both.applied == ["align-linear", "fuse-qkv"]
+    assert both.predicted_time_after_s == fused.predicted_time_after_s

@@ -1,11 +1,12 @@
 """Advice: rules of the GPU performance guides, tied to layers, with gains.
 
-Each rule is a function registered with `@rule`; it reads an `AdviceContext`
-(the analysis, the model, its inputs, the device) and returns `Finding`s. A
-finding's predicted gain comes from re-analysing the model with the fix
-applied (`ctx.reanalyze(...)`), never from a guess; where a fix is not a
-mechanical change of the model (a different batch size, say), the finding
-says how its gain was priced.
+Each rule is a function registered with `@rule` in one module of `rules/`
+per family; it reads an `AdviceContext` (the analysis, the model, its inputs,
+the device) and returns `Finding`s. A rule whose fix is a mechanical change
+of the model registers that fix with it, and its finding's gain is the step
+re-analysed with exactly that fix applied (`rules.common.priced`), never a
+guess; where a fix is not mechanical (a different batch size, say), the
+finding says how its gain was priced.
 """
 
 from __future__ import annotations
@@ -28,8 +29,14 @@ class Rule:
     id: str
     title: str
     source: str  # the guide and section that motivate it
-    check: Callable
-    fix: str | None = None  # name of the automatic fix, when there is one
+    check: Callable  # (ctx) -> list[Finding]
+    # The mechanical fix, when there is one: (ctx, step, finding) -> step, where
+    # a step (`context.Step`) is the model, its inputs and the precision name.
+    fix: Callable | None = None
+    # Whether a finding's gain is the step minus the step with this fix alone
+    # (so `advise` need not re-analyse a single fix), or a difference on top of
+    # another fix.
+    priced_alone: bool = True
 
 
 @dataclass
@@ -48,14 +55,15 @@ class Finding:
         return dict(self.__dict__)
 
 
-def rule(id: str, title: str, source: str, fix: str | None = None):
-    """Register a rule function `(ctx) -> list[Finding]`, once per id."""
+def rule(id: str, title: str, source: str, fix: Callable | None = None, priced_alone=True):
+    """Register a rule function `(ctx) -> list[Finding]`, once per id, with its
+    mechanical fix when it has one."""
 
-    def decorate(fn):
+    def decorate(check):
         if id in RULES:
             raise ValueError(f"rule {id} registered twice")
-        RULES[id] = Rule(id, title, source, fn, fix)
-        return fn
+        RULES[id] = Rule(id, title, source, check, fix, priced_alone)
+        return check
 
     return decorate
 
@@ -64,6 +72,11 @@ def load_rules() -> dict[str, Rule]:
     from . import rules  # noqa: F401  (registers every rule)
 
     return RULES
+
+
+def mechanical_rules() -> list[str]:
+    """The ids of the rules whose fix is applied automatically."""
+    return [r.id for r in load_rules().values() if r.fix]
 
 
 @dataclass
@@ -89,14 +102,3 @@ class Advice:
             if self.predicted_time_after_s
             else 1.0,
         }
-
-
-MECHANICAL = (
-    "tensor-core-precision",
-    "pad-vocabulary",
-    "align-linear",
-    "channels-last",
-    "first-conv-channels",
-    "conv-bias-before-bn",
-    "fuse-qkv",
-)

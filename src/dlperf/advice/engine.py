@@ -1,50 +1,29 @@
-"""Run the rules over one analysis; apply the mechanical fixes."""
+"""Run the rules over one analysis; apply the mechanical fixes.
+
+`advise` finds and prices; `apply` applies the fixes of chosen rules and
+re-analyses; `fix` returns the fixed model itself. All three take a model
+(name, module or `run.Run`) and share a `run.Session` when given one.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from torch import nn
 
 from ..errors import DlperfError
+from ..precision import precision as get_precision
 from ..run import Session, resolve
-from . import MECHANICAL, Advice, Finding, fixes, load_rules
-from .context import AdviceContext
+from . import Advice, Finding, fixes, load_rules, mechanical_rules
+from .context import AdviceContext, Step
 
 
-def _context(
-    model,
-    inputs,
-    gpu,
-    precision,
-    training,
-    optimizer="adamw",
-    batch=None,
-    seq_len=None,
-    session: Session | None = None,
-) -> AdviceContext:
-    run = resolve(
-        model,
-        inputs,
-        gpu=gpu,
-        precision=precision,
-        training=training,
-        optimizer=optimizer,
-        batch=batch,
-        seq_len=seq_len,
-    )
+def _context(model, inputs=None, session: Session | None = None, **options) -> AdviceContext:
+    """The advised run, resolved from `options` (`run.resolve`'s keywords),
+    with its analysis from the session (a new one unless given)."""
+    run = resolve(model, inputs, **options)
     session = session or Session()
-    ctx = AdviceContext(
-        run.name,
-        run.module,
-        run.inputs,
-        run.spec,
-        run.precision,
-        run.training,
-        session.analysis(run),
-        run.optimizer,
-        run=run,
-        session=session,
-    )
-    return ctx
+    return AdviceContext(run, session, session.analysis(run))
 
 
 def _check_rules(rules) -> list[str]:
@@ -58,6 +37,21 @@ def _check_rules(rules) -> list[str]:
     return rules
 
 
+def check_fixable(rules) -> list[str]:
+    """The rule ids of `rules` (all that have a fix when None), refused unless
+    each has an automatic fix; checked before anything is traced."""
+    known, chosen = load_rules(), _check_rules(rules)
+    if rules is None:
+        return [r for r in chosen if known[r].fix]
+    manual = [r for r in chosen if not known[r].fix]
+    if manual:
+        raise DlperfError(
+            f"rule {manual[0]} has no automatic fix (its finding says what to change); "
+            f"--apply takes: {', '.join(mechanical_rules())}"
+        )
+    return chosen
+
+
 def run_rules(ctx: AdviceContext, rules=None) -> list[Finding]:
     found = []
     for rule_id in _check_rules(rules):
@@ -65,38 +59,15 @@ def run_rules(ctx: AdviceContext, rules=None) -> list[Finding]:
     return sorted(found, key=lambda f: (f.gain_time_s, f.gain_memory_bytes), reverse=True)
 
 
-def apply_fixes(ctx: AdviceContext, findings: list[Finding]):
-    """(model, inputs, precision) with every mechanical fix of `findings` applied."""
-    model, inputs, precision = ctx.model, ctx.inputs, ctx.precision.name
-    ids = {f.rule for f in findings}
-    if "tensor-core-precision" in ids:
-        half = (
-            "bf16" if ctx.spec.has_dtype("bf16") and ctx.spec.uses_tensor_cores("bf16") else "fp16"
-        )
-        precision = f"amp-{half}"
-    for f in findings:
-        if f.rule in ("pad-vocabulary", "align-linear"):
-            model = fixes.pad_linear_outputs(model, {p: e["padded"] for p, e in f.evidence.items()})
-        elif f.rule == "conv-bias-before-bn":
-            model = fixes.drop_conv_bias(model, _bias_pairs(model, f.modules))
-        elif f.rule == "first-conv-channels":
-            model = fixes.pad_first_conv(model, f.modules[0], f.evidence["padded"])
-        elif f.rule == "fuse-qkv":
-            model = fixes.fuse_qkv(model)
-    if ids & {"channels-last", "first-conv-channels"}:
-        model, inputs = fixes.channels_last(model, inputs)
-    return model, inputs, precision
-
-
-def _bias_pairs(model: nn.Module, convs: list[str]) -> list[tuple[str, str]]:
-    pairs = []
-    for path in convs:
-        parent, _, name = path.rpartition(".")
-        owner = model.get_submodule(parent) if parent else model
-        children = [n for n, _ in owner.named_children()]
-        after = children[children.index(name) + 1]
-        pairs.append((path, f"{parent}.{after}" if parent else after))
-    return pairs
+def apply_fixes(ctx: AdviceContext, findings: list[Finding]) -> Step:
+    """The step with the mechanical fix of each finding's rule applied, in the
+    findings' order (a fix skips what an earlier one replaced)."""
+    step = ctx.step
+    for finding in findings:
+        fix = load_rules()[finding.rule].fix
+        if fix is not None:
+            step = fix(ctx, step, finding)
+    return step
 
 
 def advise(
@@ -111,40 +82,63 @@ def advise(
     seq_len=None,
     session: Session | None = None,
 ) -> Advice:
-    ctx = _context(model, inputs, gpu, precision, training, optimizer, batch, seq_len, session)
+    ctx = _context(
+        model,
+        inputs,
+        session,
+        gpu=gpu,
+        precision=precision,
+        training=training,
+        optimizer=optimizer,
+        batch=batch,
+        seq_len=seq_len,
+    )
     findings = run_rules(ctx, rules)
-    mechanical = [f for f in findings if f.rule in MECHANICAL and f.gain_time_s > 0]
+    known = load_rules()
+    mechanical = [f for f in findings if known[f.rule].fix and f.gain_time_s > 0]
     after = ctx.step_time_s
-    if len(mechanical) == 1 and mechanical[0].rule != "first-conv-channels":
-        # its rule re-analysed the model with exactly this fix, so the gain is before - after
-        # (first-conv-channels prices its padding on top of channels_last: a difference)
+    if len(mechanical) == 1 and known[mechanical[0].rule].priced_alone:
+        # its rule re-analysed the model with exactly this fix: the gain is before - after
         after = ctx.step_time_s - mechanical[0].gain_time_s
     elif mechanical:
-        fixed_model, fixed_inputs, fixed_precision = apply_fixes(ctx, mechanical)
-        after = ctx.reanalyze(fixed_model, fixed_inputs, fixed_precision).time_s
-    estimated = sum(f.gain_time_s for f in findings if f.rule not in MECHANICAL)
+        after = ctx.reanalyze(*apply_fixes(ctx, mechanical)).time_s
+    estimated = sum(f.gain_time_s for f in findings if not known[f.rule].fix)
     after = max(after - estimated, 0.1 * after)
     return Advice(
         ctx.name, ctx.spec.id, ctx.precision.name, ctx.training, ctx.step_time_s, after, findings
     )
 
 
-class ChannelsLastInputs(nn.Module):
-    """Feeds 4-D inputs to the wrapped model in channels_last layout."""
+@dataclass
+class Applied:
+    """The automatic fixes applied to a step, and the step predicted before and after."""
 
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
+    applied: list[str]  # rule ids
+    predicted_time_s: float
+    predicted_time_after_s: float
 
-    def forward(self, *args, **kwargs):
-        import torch
+    @property
+    def speedup(self) -> float:
+        after = self.predicted_time_after_s
+        return self.predicted_time_s / after if after else 1.0
 
-        def convert(x):
-            if isinstance(x, torch.Tensor) and x.dim() == 4:
-                return x.contiguous(memory_format=torch.channels_last)
-            return x
+    def to_dict(self) -> dict:
+        return {
+            "applied": self.applied,
+            "predicted_time_s": self.predicted_time_s,
+            "predicted_time_after_s": self.predicted_time_after_s,
+        }
 
-        return self.model(*(convert(a) for a in args), **kwargs)
+
+def apply(model, rules=None, inputs=None, *, session: Session | None = None, **options) -> Applied:
+    """Apply the automatic fixes of `rules` (every rule with one when None)
+    where their rules find something, and predict the step before and after.
+    `options` are `advise`'s: gpu, precision, training, optimizer, batch, seq_len."""
+    chosen = check_fixable(rules)
+    ctx = _context(model, inputs, session, **options)
+    findings = run_rules(ctx, chosen)
+    after = ctx.reanalyze(*apply_fixes(ctx, findings)).time_s
+    return Applied(sorted({f.rule for f in findings}), ctx.step_time_s, after)
 
 
 def fix(
@@ -155,15 +149,12 @@ def fix(
     Outputs are unchanged (exactly, or within the new dtype's tolerance for a
     precision change). The given model is not modified; its weights are kept.
     """
-    ctx = _context(model, inputs, gpu, precision, training)
-    chosen = [r for r in _check_rules(rules) if r in MECHANICAL]
-    findings = [f for f in run_rules(ctx, chosen)]
-    fixed, _, new_precision = apply_fixes(ctx, findings)
-    if any(f.rule in ("channels-last", "first-conv-channels") for f in findings):
-        fixed = ChannelsLastInputs(fixed)
-    if new_precision != ctx.precision.name:
-        import torch
-
-        dtype = torch.bfloat16 if new_precision.endswith("bf16") else torch.float16
-        fixed = fixes.Autocast(fixed, dtype)
+    ctx = _context(model, inputs, gpu=gpu, precision=precision, training=training)
+    chosen = [r for r in _check_rules(rules) if r in mechanical_rules()]
+    step = apply_fixes(ctx, run_rules(ctx, chosen))
+    fixed = step.model
+    if step.inputs is not ctx.inputs:  # a layout fix converted them: so must every call
+        fixed = fixes.ChannelsLastInputs(fixed)
+    if step.precision != ctx.precision.name:  # a precision fix: the model runs under autocast
+        fixed = fixes.Autocast(fixed, get_precision(step.precision).autocast_dtype)
     return fixed

@@ -1,5 +1,8 @@
 """Mechanical fixes: each returns a new model (the user's is never changed)
-whose outputs equal the original's, exactly or within dtype tolerance."""
+whose outputs equal the original's, exactly or within dtype tolerance.
+
+Fixes compose: each skips a layer an earlier fix already replaced (a Linear
+fused with its Q, K, V siblings is not padded as well)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ def _copy(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model)
 
 
-def _round_up(value: int, multiple: int) -> int:
+def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
@@ -43,31 +46,46 @@ class PaddedLinear(nn.Module):
         return F.linear(x, self.weight, self.bias)[..., : self.out_features]
 
 
-def pad_linear_outputs(model: nn.Module, paths: dict[str, int]) -> nn.Module:
-    """Pad the named Linear layers' output features to the given sizes."""
+def pad_linear_outputs(model: nn.Module, paths) -> nn.Module:
+    """Pad the named Linear layers' output features to the given sizes
+    (`paths`: {path: size}, or (path, size) pairs)."""
     fixed = _copy(model)
-    for path, size in paths.items():
-        padded = PaddedLinear(fixed.get_submodule(path), size)
+    for path, size in dict(paths).items():
+        layer = fixed.get_submodule(path)
+        if not isinstance(layer, nn.Linear):
+            continue  # replaced by an earlier fix
+        padded = PaddedLinear(layer, size)
         if not path:  # the model is the Linear itself
             return padded
         _replace(fixed, path, padded)
     return fixed
 
 
+def inputs_channels_last(x):
+    """Inputs (a tensor, or a list, tuple or dict of them) with 4-D tensors in NHWC."""
+    if isinstance(x, torch.Tensor) and x.dim() == 4:
+        return x.contiguous(memory_format=torch.channels_last)
+    if isinstance(x, (list, tuple)):
+        return type(x)(inputs_channels_last(v) for v in x)
+    if isinstance(x, dict):
+        return {k: inputs_channels_last(v) for k, v in x.items()}
+    return x
+
+
 def channels_last(model: nn.Module, inputs):
     """The model and its 4-D inputs in NHWC memory format."""
-    fixed = _copy(model).to(memory_format=torch.channels_last)
+    return _copy(model).to(memory_format=torch.channels_last), inputs_channels_last(inputs)
 
-    def convert(x):
-        if isinstance(x, torch.Tensor) and x.dim() == 4:
-            return x.contiguous(memory_format=torch.channels_last)
-        if isinstance(x, (list, tuple)):
-            return type(x)(convert(v) for v in x)
-        if isinstance(x, dict):
-            return {k: convert(v) for k, v in x.items()}
-        return x
 
-    return fixed, convert(inputs)
+class ChannelsLastInputs(nn.Module):
+    """Feeds the wrapped model its 4-D inputs in channels_last layout."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args, **kwargs):
+        return self.model(*inputs_channels_last(args), **kwargs)
 
 
 class _FusedProjections(nn.Module):
@@ -178,8 +196,8 @@ def drop_conv_bias(model: nn.Module, pairs: list[tuple[str, str]]) -> nn.Module:
     fixed = _copy(model)
     for conv_path, bn_path in pairs:
         conv, bn = fixed.get_submodule(conv_path), fixed.get_submodule(bn_path)
-        if conv.bias is None:
-            continue
+        if not isinstance(conv, nn.Conv2d) or conv.bias is None:
+            continue  # replaced by an earlier fix, or no bias
         if bn.running_mean is not None and not bn.running_mean.is_meta:
             with torch.no_grad():
                 bn.running_mean.sub_(conv.bias.detach())
