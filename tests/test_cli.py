@@ -1,8 +1,12 @@
 """The command line: JSON documents and one-line errors with exit code 2."""
 
+import argparse
 import json
+import re
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -233,3 +237,129 @@ def test_report_into_a_missing_folder_is_one_error(tmp_path):
     a = dlperf.analyze(torch.nn.Linear(8, 4), torch.empty(2, 8, device="meta"), gpu="a100")
     with pytest.raises(dlperf.DlperfError, match="cannot write .*No such file or directory"):
         dlperf.report(a, tmp_path / "missing" / "r.html")
+
+
+# -- issue 11: a table-driven command line, all printing in rendering/ ------------
+
+README = Path(__file__).parents[1] / "README.md"
+
+
+def _verb_parsers():
+    from dlperf.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return parser, sub.choices
+
+
+def _flags(verb_parser) -> dict:
+    return {flag: a for a in verb_parser._actions for flag in a.option_strings}
+
+
+def test_readme_examples_parse():
+    """Every `$ dlperf ...` example of the README parses as it stands."""
+    parser, _ = _verb_parsers()
+    lines = [line[2:] for line in README.read_text().splitlines() if line.startswith("$ dlperf ")]
+    assert len(lines) >= 5
+    for line in lines:
+        argv = shlex.split(line.split(" | ")[0])[1:]  # the command, not a pipe after it
+        assert parser.parse_args(argv).func, line
+
+
+def test_readme_flags_and_choices_exist():
+    """Every verb and flag the README names in `dlperf VERB ...` exists, and a
+    flag's documented choices ({a,b}) are all accepted."""
+    _, verbs = _verb_parsers()
+    spans = [" ".join(s.split()) for s in re.findall(r"`(dlperf [^`]+)`", README.read_text())]
+    checked = 0
+    for span in spans:
+        words = span.split()[1:]
+        if words[0].startswith("-"):
+            continue  # `dlperf --debug ...`: the top-level flags
+        flags = _flags(verbs[words[0]])
+        for word, after in zip(words, [*words[1:], ""], strict=True):
+            flag = word.strip("[]")
+            if not flag.startswith("--"):
+                continue
+            assert flag in flags, span
+            checked += 1
+            if after.startswith("{") and flags[flag].choices:
+                assert set(after.strip("{}[]").split(",")) <= set(flags[flag].choices), span
+    assert checked >= 15  # the README names many flags: the scan found them
+
+
+def test_model_options_feed_keywords_the_api_takes():
+    """The shared model options name API keywords; each verb's handler passes
+    them less those it omits, and each API function takes what it is given."""
+    import inspect
+
+    import dlperf
+    from dlperf.cli.options import model_options
+    from dlperf.run import resolve
+
+    _, verbs = _verb_parsers()
+    args = verbs["analyze"].parse_args(["hf:gpt2"])
+    given = set(model_options(args))
+    assert {"model", "inputs", "gpu", "precision", "training", "batch", "seq_len"} <= given
+    for function, omitted in [
+        (resolve, ()),
+        (dlperf.analyze, ()),
+        (dlperf.advise, ()),
+        (dlperf.memory, ("training",)),
+        (dlperf.plan, ("training", "batch")),
+        (dlperf.measure, ("optimizer",)),
+    ]:
+        takes = set(inspect.signature(function).parameters)
+        assert set(model_options(args, omitted)) <= takes, function.__name__
+        assert given - set(omitted) == set(model_options(args, omitted))
+
+
+def test_cli_modules_print_nothing():
+    """Handlers hand results to rendering/: no print or stdout write in the CLI
+    (the one-line errors of `main` go to stderr)."""
+    folder = Path(__file__).parents[1] / "src" / "dlperf" / "cli"
+    for path in folder.glob("*.py"):
+        text = path.read_text()
+        assert "print(" not in text and "sys.stdout" not in text, path.name
+
+
+@pytest.mark.parametrize(
+    "argv, key",
+    [
+        (["gpus"], "gpus"),
+        (["sweep", "--list"], "sweeps"),
+        (["sweep"], "sweeps"),
+        (["advise", "--list-rules"], "rules"),
+    ],
+)
+def test_listings_print_one_json_document(capsys, argv, key):
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0 and err == ""
+    doc = json.loads(out)  # raises on anything but exactly one document
+    assert list(doc) == [key] and doc[key]
+
+
+def test_show_prints_json_or_renders(capsys):
+    from dlperf.rendering.output import show
+
+    class Result:
+        def to_dict(self):
+            return {"a": 1}
+
+    shown = []
+    show(Result(), lambda r, **options: shown.append(options), False, top=3)
+    assert shown == [{"top": 3}] and capsys.readouterr().out == ""
+    show(Result(), None, True)
+    assert json.loads(capsys.readouterr().out) == {"a": 1}
+    show({"b": 2}, None, True)  # a plain document prints as it is
+    assert json.loads(capsys.readouterr().out) == {"b": 2}
+    show([1, 2], None, True, document=lambda r: {"n": len(r)})
+    assert json.loads(capsys.readouterr().out) == {"n": 2}
+
+
+def test_spinner_is_silent_when_quiet(capsys):
+    from dlperf.rendering.progress import Spinner
+
+    with Spinner("tracing", quiet=True) as tick:
+        tick(10)  # the callback tracing calls: harmless when silent
+    assert capsys.readouterr() == ("", "")

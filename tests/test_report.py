@@ -230,7 +230,9 @@ def test_lstm_sweep_persistent_kernel_skips_the_per_step_launch(tmp_path):
 
 
 def test_persistent_rnn_reads_its_weights_once():
+    from dlperf.ops.cost import CostContext
     from dlperf.ops.rnn import rnn_gemms
+    from dlperf.precision import precision
 
     h, b, s = 1024, 32, 100
     info = {
@@ -242,8 +244,9 @@ def test_persistent_rnn_reads_its_weights_once():
         "input_size": h,
         "bidirectional": False,
     }
-    standard = rnn_gemms(info, "forward", "fp16", "fp16")
-    persistent = rnn_gemms(info, "forward", "fp16", "fp16", persistent=True)
+    ctx = CostContext(precision("fp16"))
+    standard = rnn_gemms(info, "forward", ctx, torch.float16)
+    persistent = rnn_gemms(info, "forward", ctx, torch.float16, persistent=True)
     (std,) = [g for g in standard if g.role == "recurrent forward"]
     (per,) = [g for g in persistent if g.role == "recurrent forward"]
     assert (std.m, std.n, std.k, std.count, std.launches) == (4 * h, b, h, s, 0)

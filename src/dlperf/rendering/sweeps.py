@@ -12,9 +12,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DlperfError
-from ..gemm import TILES, gemm, predict_many
+from ..gemm import gemm
 from ..hardware import gpu as get_gpu
+from ..pricing import on_chip_bytes
 from ..roofline import streaming_time_s
+from ..tiling import TILES, predict_many
 
 SWEEPS = {}
 
@@ -49,7 +51,7 @@ def tiles(spec):
             tile_shapes=(tile,),
             split_factors=(1,),
         )
-        out[f"{tile[0]}x{tile[1]}"] = (2.0 * sizes * sizes * 4096 / r["time_s"] / 1e12).tolist()
+        out[f"{tile[0]}x{tile[1]}"] = (2.0 * sizes * sizes * 4096 / r.time_s / 1e12).tolist()
     return out, ("size", [k for k in out if k != "size"], "TFLOP/s (M = N = size, K = 4096)", False)
 
 
@@ -73,10 +75,8 @@ def _norm_time(spec, elements: np.ndarray, passes: float, itemsize: int = 2):
 
 @sweep("batchnorm", "batch norm forward duration vs input size: persistent vs multi-pass", "a100")
 def batchnorm(spec):
-    from ..ops.norm import ON_CHIP_BYTES_PER_SM
-
     elements = np.logspace(3, 9, 40)
-    capacity = spec.sm_count * ON_CHIP_BYTES_PER_SM / 2
+    capacity = on_chip_bytes(spec) / 2
     persistent = np.where(elements <= capacity, _norm_time(spec, elements, 1), np.nan)
     return (
         {
@@ -128,9 +128,12 @@ def _lstm_step(spec, hidden: int, batch: int, persistent: bool) -> float:
     step and read the weights each time; the persistent kernel launches once
     for the sequence and keeps them on chip. NaN where cuDNN would not run the
     persistent kernel (the guide's limits on hidden size and minibatch)."""
-    from ..analysis import price_cost
-    from ..ops import Cost
+    import torch
+
+    from ..ops.cost import Cost, CostContext
     from ..ops.rnn import persistence, rnn_gemms
+    from ..precision import precision
+    from ..pricing import time
 
     info = {
         "mode": "LSTM",
@@ -143,9 +146,10 @@ def _lstm_step(spec, hidden: int, batch: int, persistent: bool) -> float:
     }
     if persistent and not persistence(info, "fp16")[0]:
         return float("nan")
-    gemms = rnn_gemms(info, "forward", "fp16", "fp16", persistent=persistent)
+    ctx = CostContext(precision("fp16"))
+    gemms = rnn_gemms(info, "forward", ctx, torch.float16, persistent=persistent)
     recurrent = tuple(g for g in gemms if g.role == "recurrent forward")
-    return price_cost(Cost(gemms=recurrent), spec, "fp16")[0] / LSTM_SEQ * 1e6
+    return time(Cost(gemms=recurrent), spec, "fp16").seconds / LSTM_SEQ * 1e6
 
 
 @sweep(
@@ -180,9 +184,28 @@ def lstm_minibatch(spec):
     )
 
 
+def sweeps_document() -> dict:
+    """The sweeps there are (`dlperf sweep --list`)."""
+    listed = [{"name": n, "title": t, "default_gpu": g} for n, (_, t, g) in SWEEPS.items()]
+    return {"sweeps": listed}
+
+
+def sweep_names(name: str) -> list[str]:
+    """The sweeps `name` stands for: one, or every one for "all"."""
+    if name == "all":
+        return list(SWEEPS)
+    if name not in SWEEPS:
+        raise _unknown(name)
+    return [name]
+
+
+def _unknown(name: str) -> DlperfError:
+    return DlperfError(f"unknown sweep {name!r}; see `dlperf sweep --list`")
+
+
 def run_sweep(name: str, gpu: str | None, out_dir: str) -> list[str]:
     if name not in SWEEPS:
-        raise DlperfError(f"unknown sweep {name!r}; see `dlperf sweep --list`")
+        raise _unknown(name)
     fn, title, default = SWEEPS[name]
     spec = get_gpu(gpu or default)
     data, (x, ys, ylabel, logx) = fn(spec)
@@ -193,9 +216,9 @@ def run_sweep(name: str, gpu: str | None, out_dir: str) -> list[str]:
         writer = csv.writer(f)
         writer.writerow(list(data))
         writer.writerows(zip(*data.values(), strict=True))
-    from .html import _figure, _svg
+    from .charts import figure, svg
 
-    fig, ax = _figure(7, 4)
+    fig, ax = figure(7, 4)
     for y in ys:
         ax.plot(data[x], data[y], marker=".", label=y)
     if logx:
@@ -207,5 +230,5 @@ def run_sweep(name: str, gpu: str | None, out_dir: str) -> list[str]:
     ax.set_title(f"{title} - {spec.id}", fontsize=9)
     ax.legend(fontsize=7)
     svg_path = folder / f"{name}.svg"
-    svg_path.write_text(_svg(fig))
+    svg_path.write_text(svg(fig))
     return [str(csv_path), str(svg_path)]

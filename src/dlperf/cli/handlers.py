@@ -1,0 +1,163 @@
+"""What each verb does, and only that: resolve its run, call the public API,
+and hand the result to a renderer (`rendering.output.show`: one JSON document
+with --json, else the terminal rendering). Nothing here prints.
+
+The API is imported inside each handler: a verb loads only what it runs.
+"""
+
+from __future__ import annotations
+
+from argparse import Namespace
+
+from ..errors import DlperfError
+from ..rendering import terminal as text
+from ..rendering.output import show
+from ..rendering.progress import Spinner
+from .files import read_interconnect, writable_file, writable_folder, write_interconnect
+from .options import byte_sizes, model_options
+
+
+def cmd_gpus(args: Namespace) -> None:
+    from ..hardware import gpus
+
+    show(gpus(), text.gpus_table, args.json, document=text.gpus_document)
+
+
+def cmd_gemm(args: Namespace) -> None:
+    from ..gemm import gemm
+
+    result = gemm(args.m, args.n, args.k, dtype=args.dtype, gpu=args.gpu, batch=args.batch)
+    show(result, text.gemm_report, args.json)
+
+
+def cmd_analyze(args: Namespace) -> None:
+    from ..api import analyze
+
+    with Spinner(f"tracing {args.model}", quiet=args.json) as progress:
+        result = analyze(**model_options(args), progress=progress)
+    show(result, text.analysis_report, args.json, top=args.top, depth=args.depth)
+
+
+def cmd_memory(args: Namespace) -> None:
+    from ..api import memory
+
+    with Spinner(f"tracing {args.model}", quiet=args.json):
+        report = memory(
+            **model_options(args, omit=("training",)),  # a training step by definition
+            checkpoint=args.checkpoint,
+            accumulate=args.accumulate,
+            fit=args.fit,
+        )
+    show(report, text.memory_report, args.json)
+
+
+def cmd_plan(args: Namespace) -> None:
+    from ..api import plan
+
+    network = args.node_network_gbps * 1e9 / 8 if args.node_network_gbps is not None else None
+    measured = read_interconnect(args.interconnect) if args.interconnect else None
+    with Spinner(f"tracing {args.model}", quiet=args.json):
+        report = plan(
+            **model_options(args, omit=("training", "batch")),
+            gpus=args.nodes * args.gpus_per_node if args.nodes else args.gpus,
+            gpus_per_node=args.gpus_per_node,
+            global_batch=args.global_batch,
+            micro_batch=args.micro_batch or args.batch,  # plan traces one micro-batch
+            node_network_bytes_per_s=network,
+            measured_interconnect=measured,
+        )
+    show(report, text.plan_report, args.json, top=args.top)
+
+
+def cmd_measure_comm(args: Namespace) -> None:
+    from ..measurement.comm import DEFAULT_SIZES, measure_comm
+
+    sizes = byte_sizes(args.sizes) if args.sizes else DEFAULT_SIZES
+    if args.out:
+        writable_file(args.out)
+    result = measure_comm(args.nproc, args.backend, sizes, repeats=args.repeats)
+    if args.out:
+        write_interconnect(args.out, result["interconnect"])
+    show(result, text.comm_report, args.json)
+
+
+def cmd_advise(args: Namespace) -> None:
+    if args.list_rules:
+        from ..advice import load_rules
+
+        rules = list(load_rules().values())
+        show(rules, text.rules_table, args.json, document=text.rules_document)
+        return
+    if not args.model:
+        raise DlperfError("advise needs a MODEL (or --list-rules)")
+    if args.apply:
+        _apply(args)
+        return
+    from ..advice.engine import advise
+
+    with Spinner(f"analysing {args.model}", quiet=args.json):
+        result = advise(**model_options(args), rules=args.rules)
+    show(result, text.advice_report, args.json)
+
+
+def _apply(args: Namespace) -> None:
+    """advise --apply: the named automatic fixes applied; the predicted step before and after."""
+    from ..advice.engine import apply
+
+    with Spinner(f"analysing {args.model}", quiet=args.json):
+        result = apply(**model_options(args), rules=args.apply)
+    show(result, text.applied_report, args.json)
+
+
+def cmd_report(args: Namespace) -> None:
+    from ..advice.engine import advise
+    from ..api import analyze, memory, report
+    from ..run import Session, resolve
+
+    writable_file(args.out)
+    with Spinner(f"analysing {args.model}", quiet=args.json) as progress:
+        # one run, one session: the analysis, the memory and the advice share one trace
+        run, session = resolve(**model_options(args)), Session()
+        result = analyze(run, progress=progress, session=session)
+        mem = memory(run, session=session) if args.train else None
+        findings = None if args.no_advice else advise(run, session=session)
+    report(result, args.out, memory=mem, advice=findings)
+    show({"out": args.out}, text.written, args.json)
+
+
+def cmd_sweep(args: Namespace) -> None:
+    from ..rendering.sweeps import run_sweep, sweep_names, sweeps_document
+
+    if args.list or not args.name:
+        show(sweeps_document(), text.sweeps_list, args.json)
+        return
+    names = sweep_names(args.name)
+    writable_folder(args.out)
+    written = [path for name in names for path in run_sweep(name, args.gpu, args.out)]
+    show({"written": written}, text.written, args.json)
+
+
+def cmd_measure(args: Namespace) -> None:
+    from ..api import measure
+
+    with Spinner(f"measuring {args.model}", quiet=args.json):
+        report = measure(
+            **model_options(args, omit=("optimizer",)), device=args.device, steps=args.steps
+        )
+    show(report, text.measure_report, args.json)
+
+
+def cmd_calibrate(args: Namespace) -> None:
+    from ..measurement.calibrate import calibrate_device, write_spec
+
+    writable_file(args.out)  # before minutes of probing
+    with Spinner(f"calibrating the {args.device}", quiet=args.json):
+        spec = write_spec(calibrate_device(args.device), args.out)
+    show(text.calibration_document(spec, args.out), text.calibration_report, args.json)
+
+
+def cmd_trace(args: Namespace) -> None:
+    from ..api import profile_trace
+
+    report = profile_trace(args.path, gpu=args.gpu)
+    show(report, text.trace_report, args.json, top=args.top)

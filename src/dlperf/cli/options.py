@@ -1,0 +1,246 @@
+"""The command line's options as data: argument types, and the groups of
+options that verbs share (model, output, plan ...). verbs.py combines them."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, replace
+
+from ..dtypes import DTYPES
+from ..errors import DlperfError
+from ..optimizer import OPTIMIZERS
+from ..precision import AUTO, POLICIES
+
+
+@dataclass(frozen=True)
+class Option:
+    """One argparse argument: its flags (or positional name) and keywords.
+
+    `api` names the keyword of the public API (`dlperf.analyze`, `run.resolve`
+    ...) that the option's value feeds; `exclusive` names a group of options
+    that exclude each other, like --train and --infer.
+    """
+
+    flags: tuple[str, ...]
+    kwargs: dict
+    api: str | None = None
+    exclusive: str | None = None
+
+    @property
+    def dest(self) -> str:
+        """The attribute that holds the option's value in the parsed arguments."""
+        return self.kwargs.get("dest") or self.flags[0].lstrip("-").replace("-", "_")
+
+
+def option(*flags: str, api: str | None = None, exclusive: str | None = None, **kwargs) -> Option:
+    return Option(flags, kwargs, api, exclusive)
+
+
+def optional(positional: Option) -> Option:
+    """A positional argument that may be left out."""
+    return replace(positional, kwargs={**positional.kwargs, "nargs": "?"})
+
+
+# -- argument types -----------------------------------------------------------
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be positive")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < math.inf:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number")
+    return value
+
+
+def byte_sizes(text: str) -> list[int]:
+    """--sizes of measure-comm: comma-separated positive byte counts (1e6 allowed)."""
+    try:
+        sizes = [int(float(s)) for s in text.split(",")]
+    except ValueError:
+        raise DlperfError(
+            f"--sizes {text!r} is not a comma-separated list of byte counts"
+        ) from None
+    if any(s <= 0 for s in sizes):
+        raise DlperfError("--sizes must be positive byte counts")
+    return sizes
+
+
+# -- shared groups ------------------------------------------------------------
+
+GPU_HELP = "catalogue id, alias, spec file, or 'cpu'"
+JSON = (option("--json", action="store_true", help="print one JSON document"),)
+
+
+def top(default: int, what: str) -> Option:
+    return option("--top", type=positive_int, default=default, help=f"{what} to list")
+
+
+def device(helps: str) -> Option:
+    return option("--device", default="cpu", choices=["cpu", "cuda"], help=helps)
+
+
+MODEL = option(
+    "model",
+    api="model",
+    metavar="MODEL",
+    help="torchvision:NAME, hf:NAME, timm:NAME or path/to/file.py:factory (a file runs your code)",
+)
+# Every verb that takes a model takes these; each feeds the API keyword `api`.
+MODEL_OPTIONS = (
+    option("--gpu", api="gpu", default="a100", help=GPU_HELP),
+    option(
+        "--precision",
+        api="precision",
+        default=AUTO,
+        choices=[*POLICIES, AUTO],
+        help="auto: amp-bf16 where the GPU has bf16 math, else amp-fp16, else fp32",
+    ),
+    option(
+        "--train",
+        api="training",
+        exclusive="mode",
+        dest="train",
+        action="store_true",
+        default=True,
+        help="forward, backward and optimizer step (default)",
+    ),
+    option("--infer", exclusive="mode", dest="train", action="store_false", help="forward only"),
+    option(
+        "--input",
+        api="inputs",
+        action="append",
+        metavar="SHAPE",
+        help="input shape like 8x3x224x224 or 4x128:int64 (repeatable)",
+    ),
+    option(
+        "--batch",
+        api="batch",
+        type=positive_int,
+        help="batch size of the default inputs (default: 32 images or 8 sequences; "
+        "a model file's own)",
+    ),
+    option(
+        "--seq-len",
+        api="seq_len",
+        type=positive_int,
+        help="sequence length of the default inputs (default: 512, or the model's "
+        "positions if fewer)",
+    ),
+    option(
+        "--optimizer",
+        api="optimizer",
+        default="adamw",
+        choices=list(OPTIMIZERS),
+        help="optimizer the step is costed with",
+    ),
+    *JSON,
+)
+
+
+def model_options(args: argparse.Namespace, omit: tuple[str, ...] = ()) -> dict:
+    """The model options given, as the API's keywords (model, inputs, gpu, ...),
+    less those in `omit`: `dlperf.memory(**model_options(args, ("training",)))`."""
+    return {
+        o.api: getattr(args, o.dest) for o in (MODEL, *MODEL_OPTIONS) if o.api and o.api not in omit
+    }
+
+
+GEMM = (
+    option("m", type=positive_int, metavar="M"),
+    option("n", type=positive_int, metavar="N"),
+    option("k", type=positive_int, metavar="K"),
+    option("--gpu", default="a100", help=GPU_HELP),
+    option("--dtype", default="fp16", choices=DTYPES),
+    option("--batch", type=positive_int, default=1, help="batched GEMM count"),
+    *JSON,
+)
+
+MEMORY = (
+    option(
+        "--checkpoint",
+        default="none",
+        help="gradient checkpointing of the repeated blocks: none, blocks, every:K, sqrt",
+    ),
+    option(
+        "--accumulate",
+        type=positive_int,
+        default=1,
+        help="gradient accumulation: micro-batches per step",
+    ),
+    option(
+        "--fit",
+        action="store_true",
+        help="also find the largest batch (and sequence length) that fits",
+    ),
+)
+
+PLAN = (
+    option("--gpus", type=positive_int, default=8, help="GPUs in all"),
+    option("--gpus-per-node", type=positive_int, default=8, help="GPUs per node"),
+    option("--nodes", type=positive_int, help="nodes (sets --gpus with --gpus-per-node)"),
+    option(
+        "--global-batch",
+        type=positive_int,
+        help="samples per optimizer step (default: 4 x GPUs x micro-batch)",
+    ),
+    option(
+        "--micro-batch",
+        type=positive_int,
+        help="samples per forward pass (default: --batch, else the --input batch, else 1)",
+    ),
+    option(
+        "--node-network-gbps",
+        type=positive_float,
+        help="inter-node bandwidth per node in Gb/s (default: 8 x 200)",
+    ),
+    top(12, "plans"),
+    option(
+        "--interconnect",
+        metavar="FILE",
+        help="measured interconnect (JSON from `dlperf measure-comm --out`)",
+    ),
+)
+
+APPLY_HELP = "apply these automatic fixes and print the predicted before/after"
+ADVICE = (
+    option("--list-rules", action="store_true", help="list the rules and their sources"),
+    option("--rules", help="comma-separated rule ids to run (default: all)"),
+    option("--apply", metavar="RULE[,RULE]", help=APPLY_HELP),
+)
+
+SWEEP = (
+    option("name", nargs="?", help="a sweep name, or 'all' (see --list)"),
+    option("--list", action="store_true", help="list the sweeps"),
+    option("--gpu", help="catalogue id (default: the GPU of the guide's figure)"),
+    option("--out", default="sweeps", help="folder for NAME.csv and NAME.svg"),
+    *JSON,
+)
+
+TRACE = (
+    option("path", help="Chrome trace JSON written by torch.profiler (.json or .json.gz)"),
+    option("--gpu", help="the GPU it ran on (default: read from the trace)"),
+    top(15, "rows"),
+    *JSON,
+)
+
+MEASURE_COMM = (
+    option("--nproc", type=positive_int, default=2, help="worker processes"),
+    option("--backend", default="gloo", choices=["gloo", "nccl"], help="collectives"),
+    option("--sizes", help="comma-separated buffer sizes in bytes"),
+    option("--repeats", type=positive_int, default=5, help="timed calls per size"),
+    option("--out", help="write the fitted interconnect (JSON) for `dlperf plan`"),
+    *JSON,
+)

@@ -1,0 +1,64 @@
+"""The argument parser, built from the table of verbs (verbs.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .verbs import VERBS, Verb
+
+DESCRIPTION = (
+    "Why is my model slow on this GPU, what will it cost in memory, and what "
+    "should I change? Predictions from shapes alone: no GPU, no weights."
+)
+DEBUG_HELP = "show the traceback when dlperf fails"
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Help that states each option's default, where it has one to state."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (
+            not action.option_strings
+            or action.nargs == 0  # flags: their help says what they switch
+            or action.default in (None, argparse.SUPPRESS)
+            or "default" in text
+        ):
+            return text
+        return f"{text} (default: %(default)s)".lstrip()
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors on one line with exit code 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        self.exit(2, f"dlperf: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
+    parser = _Parser(prog="dlperf", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"dlperf {__version__}")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    for verb in VERBS:
+        _add_verb(sub, verb)
+    return parser
+
+
+def _add_verb(sub, verb: Verb) -> None:
+    p = sub.add_parser(verb.name, help=verb.help)
+    exclusive: dict[str, argparse._MutuallyExclusiveGroup] = {}
+    for opt in verb.options:
+        if opt.exclusive and opt.exclusive not in exclusive:
+            exclusive[opt.exclusive] = p.add_mutually_exclusive_group()
+        target = exclusive[opt.exclusive] if opt.exclusive else p
+        target.add_argument(*opt.flags, **opt.kwargs)
+    # --debug after the verb too; SUPPRESS keeps the value given before it
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    p.set_defaults(func=verb.run, **verb.defaults)

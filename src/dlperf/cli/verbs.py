@@ -1,0 +1,112 @@
+"""The verbs of the `dlperf` command as data: each names its handler and the
+options it takes, most of them shared groups from options.py. parser.py
+builds the argument parser from this table, in this order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import handlers as do
+from .options import (
+    ADVICE,
+    GEMM,
+    JSON,
+    MEASURE_COMM,
+    MEMORY,
+    MODEL,
+    MODEL_OPTIONS,
+    PLAN,
+    SWEEP,
+    TRACE,
+    Option,
+    device,
+    option,
+    optional,
+    positive_int,
+    top,
+)
+
+
+@dataclass(frozen=True)
+class Verb:
+    name: str
+    help: str
+    run: Callable  # the handler: takes the parsed arguments
+    options: tuple[Option, ...] = ()
+    defaults: dict = field(default_factory=dict)  # defaults that differ from the options'
+
+
+WITH_MODEL = (MODEL, *MODEL_OPTIONS)
+
+VERBS = (
+    Verb("gpus", "list the bundled GPU catalogue", do.cmd_gpus, JSON),
+    Verb("gemm", "predict one GEMM: C[M,N] = A[M,K] B[K,N]", do.cmd_gemm, GEMM),
+    Verb(
+        "analyze",
+        "predict every op of a model's training or inference step",
+        do.cmd_analyze,
+        (
+            *WITH_MODEL,
+            top(15, "ops"),
+            option("--depth", type=positive_int, default=2, help="module tree depth"),
+        ),
+    ),
+    Verb(
+        "memory",
+        "memory of one training step per GPU, and what fits",
+        do.cmd_memory,
+        (*WITH_MODEL, *MEMORY),
+    ),
+    Verb(
+        "plan",
+        "rank data/tensor/pipeline/ZeRO plans on many GPUs",
+        do.cmd_plan,
+        (*WITH_MODEL, *PLAN),
+    ),
+    Verb(
+        "advise",
+        "the guides' rules, tied to layers, with predicted gains",
+        do.cmd_advise,
+        (optional(MODEL), *MODEL_OPTIONS, *ADVICE),  # MODEL is optional with --list-rules
+    ),
+    Verb(
+        "report",
+        "write a self-contained HTML report",
+        do.cmd_report,
+        (
+            *WITH_MODEL,
+            option("--out", required=True, help="HTML file to write"),
+            option("--no-advice", action="store_true", help="leave out the findings"),
+        ),
+    ),
+    Verb("sweep", "predicted curves that redraw the guides' figures", do.cmd_sweep, SWEEP),
+    Verb(
+        "measure",
+        "run the model here and compare with the prediction",
+        do.cmd_measure,
+        (
+            *WITH_MODEL,
+            device("where it runs"),
+            option("--steps", type=positive_int, default=3, help="profiled steps"),
+        ),
+        defaults={"precision": "fp32", "gpu": None},  # it runs on --device
+    ),
+    Verb(
+        "calibrate",
+        "measure this device and write a spec file",
+        do.cmd_calibrate,
+        (
+            device("what to probe"),
+            option("--out", required=True, help="spec file to write (TOML)"),
+            *JSON,
+        ),
+    ),
+    Verb("trace", "read a PyTorch profiler trace of a GPU run", do.cmd_trace, TRACE),
+    Verb(
+        "measure-comm",
+        "time real collectives with torch.distributed",
+        do.cmd_measure_comm,
+        MEASURE_COMM,
+    ),
+)

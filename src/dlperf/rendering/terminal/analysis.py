@@ -1,0 +1,144 @@
+"""`dlperf analyze`: the step's totals, its slowest ops, and the time by
+category, phase and module."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ...kinds import LossKind
+from ..modules import module_tree
+from .format import PHASE, seconds, shapes_text, short_op, si, wide_console
+
+
+def analysis_report(a, top: int = 15, depth: int = 2, console: Console | None = None) -> None:
+    console = console or wide_console()
+    _header(a, console)
+    console.print(_top_ops(a, top))
+    console.print(_categories(a))
+    console.print(_phases(a))
+    console.print(_modules(a, depth))
+    if a.unsupported_ops:
+        listed = ", ".join(f"{op} x{n}" for op, n in sorted(a.unsupported_ops.items()))
+        console.print(
+            f"[yellow]unsupported ops (priced as memory-bound on their tensors):[/] {listed}"
+        )
+
+
+def _header(a, console: Console) -> None:
+    totals = a.totals
+    mode = "training step" if a.training else "inference step"
+    console.print(
+        f"[bold]{escape(a.model)}[/] on [bold]{a.gpu}[/], {a.precision}, {mode}: "
+        f"{a.params / 1e6:,.1f} M parameters, batch {a.batch}"
+    )
+    tput = a.throughput
+    rate = f"{tput.get('samples_per_s', 0):,.1f} samples/s"
+    if "tokens_per_s" in tput:
+        rate += f", {tput['tokens_per_s']:,.0f} tokens/s"
+    console.print(
+        f"predicted step time [bold]{seconds(totals['time_s'])}[/] ({rate}); "
+        f"{si(totals['flops'], 'FLOP')}, {si(totals['bytes'], 'B')} moved, "
+        f"{totals['kernels']} kernels; MFU {a.mfu:.0%}"
+    )
+
+
+def _top_ops(a, top: int) -> Table:
+    step = a.totals["time_s"]
+    table = Table(title=f"top {top} ops by predicted time")
+    for col in ("module", "op", "phase", "shapes", "dtype", "bound", "time", "%", "losses"):
+        table.add_column(col, overflow="fold")
+    for r in a.top(top):
+        table.add_row(
+            r.module or "(model)",
+            short_op(r.op),
+            PHASE.get(r.phase, r.phase),
+            shapes_text(r.shapes, 2),
+            r.dtype,
+            r.bound,
+            seconds(r.time_s),
+            f"{r.time_s / step:.1%}" if step else "",
+            losses_text(r),
+        )
+    return table
+
+
+def losses_text(row) -> str:
+    """The row's efficiency losses in a few words, read from its loss records:
+    per GEMM its tile, wave and alignment losses, then the NCHW layout."""
+    found = []
+    if row.bound != "memory":  # quantization cannot matter to a kernel waiting on memory
+        for index in range(len(row.gemms)):
+            found += _gemm_losses([loss for loss in row.losses if loss.gemm == index])
+    if any(loss.kind == LossKind.LAYOUT for loss in row.losses):
+        found.append("NCHW")
+    if any(note.startswith("persistent") for note in row.notes):  # a remark, not a loss
+        found.append("persistent RNN ok")
+    if not row.supported:
+        found.append("UNSUPPORTED (priced as memory-bound)")
+    return "; ".join(dict.fromkeys(found))
+
+
+def _gemm_losses(losses) -> list[str]:
+    words = []
+    for loss in losses:
+        if loss.kind == LossKind.TILE:
+            words.append(f"tile {loss.efficiency:.0%}")
+        elif loss.kind == LossKind.WAVE and loss.waves > 1:
+            words.append(f"wave {loss.efficiency:.0%}")
+        elif loss.kind == LossKind.WAVE:
+            words.append(f"fills {loss.efficiency:.0%} of SMs")
+    misaligned = [loss.dim.upper() for loss in losses if loss.kind == LossKind.ALIGNMENT]
+    if misaligned:
+        words.append(f"align {'/'.join(misaligned)}")
+    return words
+
+
+def _categories(a) -> Table:
+    totals = a.totals
+    table = Table(title="by category (the guides' % FLOP vs % runtime)")
+    for col in ("category", "% FLOP", "% time", "time"):
+        table.add_column(col, justify="right" if col != "category" else "left")
+    for name, c in a.categories.items():
+        if not c["flops"] and not c["time_s"]:
+            continue
+        table.add_row(
+            name,
+            f"{c['flops'] / max(totals['flops'], 1):.2%}",
+            f"{c['time_s'] / max(totals['time_s'], 1e-30):.1%}",
+            seconds(c["time_s"]),
+        )
+    return table
+
+
+def _phases(a) -> Table:
+    step = a.totals["time_s"]
+    table = Table(title="by phase")
+    for col in ("phase", "FLOPs", "time", "% time"):
+        table.add_column(col, justify="right" if col != "phase" else "left")
+    for name, p in a.phases.items():
+        table.add_row(
+            name,
+            si(p["flops"], "FLOP"),
+            seconds(p["time_s"]),
+            f"{p['time_s'] / max(step, 1e-30):.1%}",
+        )
+    return table
+
+
+def _modules(a, depth: int) -> Table:
+    table = Table(
+        title=f"by module (top-level modules, then their slowest sub-modules to depth {depth})"
+    )
+    for col in ("module", "ops", "time", "% of step", "% of parent"):
+        table.add_column(col, justify="right" if col != "module" else "left")
+    for line in module_tree(a, depth):
+        table.add_row(
+            "  " * (line.level - 1) + escape(line.path),
+            str(line.ops),
+            seconds(line.time_s),
+            f"{line.share_of_step:.1%}" if line.level == 1 else "",
+            f"{line.share_of_parent:.1%}" if line.level > 1 else "",
+        )
+    return table

@@ -1,0 +1,45 @@
+"""Numbers and labels as the terminal tables show them."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+# Short phase names for narrow table columns.
+PHASE = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
+
+
+def si(value: float, unit: str) -> str:
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def seconds(value: float) -> str:
+    if value >= 1:
+        return f"{value:.3g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value * 1e6:.3g} us"
+
+
+def gib(value: float) -> str:
+    return f"{value / 2**30:.2f} GiB"
+
+
+def short_op(op: str) -> str:
+    """`addmm` for `aten.addmm.default`; other names as they are."""
+    return op.split(".")[1] if op.startswith("aten.") else op
+
+
+def shapes_text(shapes, limit: int = 3) -> str:
+    parts = ["x".join(str(s) for s in shape) or "scalar" for shape in shapes[:limit]]
+    return ", ".join(parts) + (", ..." if len(shapes) > limit else "")
+
+
+def wide_console() -> Console:
+    """A console at least 140 columns wide when the output is not a terminal."""
+    console = Console(emoji=False)
+    if not console.is_terminal:
+        console = Console(width=140, emoji=False)
+    return console

@@ -1,0 +1,149 @@
+"""`dlperf trace`, `dlperf measure` and `dlperf calibrate`: what ran for real."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .format import PHASE, seconds, shapes_text, short_op, si, wide_console
+
+
+def trace_report(r, top: int = 15, console: Console | None = None) -> None:
+    console = console or wide_console()
+    idle = r.gpu_idle_s / max(r.gpu_busy_s + r.gpu_idle_s, 1e-30)
+    console.print(
+        f"[bold]{escape(r.path)}[/] on [bold]{r.gpu}[/]: {r.kernels:,} kernels in {r.steps} "
+        f"step(s); GPU busy {seconds(r.gpu_busy_s)}, idle {seconds(r.gpu_idle_s)} ({idle:.0%})"
+    )
+    console.print(
+        f"Tensor Core kernels: {r.tensor_core_kernels:,}; contraction kernels that "
+        f"could use Tensor Cores but do not: {r.eligible_not_tensor_core_kernels:,}"
+    )
+    kernel_time = sum(row.time_s for row in r.rows) + r.unpriced_time_s
+    if r.rows:
+        console.print(_offenders(r.rows[:top], len(r.rows), kernel_time))
+    else:
+        console.print(
+            "[yellow]no kernel could be priced on the roofline[/]: profile with "
+            "record_shapes=True so that each op records its input shapes"
+        )
+    if r.unpriced:
+        console.print(_unpriced(r.unpriced[:top], r, kernel_time))
+
+
+TRACE_COLUMNS = ("op", "shapes", "dtype", "calls", "time", "% kernel", "roofline", "of roofline")
+TRACE_COLUMNS += ("achieved", "predicted", "TC")
+
+
+def _offenders(rows, count: int, kernel_time: float) -> Table:
+    table = Table(
+        title=f"top offenders: kernel time above the roofline ({len(rows)} of {count} "
+        "groups of calls with the same op and input shapes)"
+    )
+    for col in TRACE_COLUMNS:
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        # a memory-bound op is better judged by its bandwidth than its FLOP rate
+        if row.flops and row.flops / row.bytes >= 1:
+            achieved = si(row.achieved_flops_per_s, "FLOP/s")
+        else:
+            achieved = si(row.achieved_bytes_per_s, "B/s")
+        table.add_row(
+            escape(row.op),
+            shapes_text(row.shapes, 2),
+            "/".join(dict.fromkeys(row.dtypes)),
+            f"{row.calls:,}",
+            seconds(row.time_s),
+            f"{row.time_s / max(kernel_time, 1e-30):.1%}",
+            seconds(row.roofline_time_s),
+            f"{row.fraction_of_roofline:.0%}",
+            achieved,
+            seconds(row.predicted_time_s),
+            "yes" if row.tensor_cores else "",
+        )
+    return table
+
+
+def _unpriced(unpriced, r, kernel_time: float) -> Table:
+    rest = len(r.unpriced) - len(unpriced)
+    table = Table(
+        title=f"not priced: {seconds(r.unpriced_time_s)} of kernel time "
+        f"({r.unpriced_time_s / max(kernel_time, 1e-30):.0%}) in {len(r.unpriced)} op(s) "
+        "with no roofline figure" + (f"; the {rest} smallest not shown" if rest > 0 else "")
+    )
+    for col in ("op", "why", "calls", "kernels", "time", "% kernel", "longest kernel"):
+        table.add_column(col, overflow="fold")
+    for u in unpriced:
+        table.add_row(
+            escape(u.op),
+            u.why,
+            f"{u.calls:,}",
+            f"{u.kernels:,}",
+            seconds(u.time_s),
+            f"{u.time_s / max(kernel_time, 1e-30):.1%}",
+            escape(u.kernel.removeprefix("void ")[:48]),
+        )
+    return table
+
+
+def measure_report(r, console: Console | None = None) -> None:
+    console = console or wide_console()
+    console.print(
+        f"[bold]{escape(r.model)}[/] on {r.device} ({r.precision}, "
+        f"{'training' if r.training else 'inference'}): predicted "
+        f"{seconds(r.predicted_time_s)}, measured {seconds(r.measured_time_s)} "
+        f"(spread {seconds(r.measured_spread_s)}), error {r.error:+.0%}"
+    )
+    console.print(_measured_categories(r))
+    console.print(_measured_ops(r))
+    if r.tensor_core_kernels:
+        tc = r.tensor_core_kernels
+        console.print(
+            f"Tensor Cores: {tc['tensor_core_kernels']} of {tc['gemm_kernels']} "
+            "GEMM/convolution kernels"
+        )
+
+
+def _measured_categories(r) -> Table:
+    table = Table(title="by category (matched ops)")
+    for col in ("category", "predicted", "measured", "error"):
+        table.add_column(col, justify="left" if col == "category" else "right")
+    for name, c in r.categories.items():
+        predicted, measured = c["predicted_time_s"], c["measured_time_s"]
+        error = (predicted - measured) / measured if measured else 0.0
+        table.add_row(name, seconds(predicted), seconds(measured), f"{error:+.0%}")
+    return table
+
+
+def _measured_ops(r) -> Table:
+    matched = [o for o in r.ops if o["measured_time_s"]]
+    table = Table(title=f"slowest measured ops ({len(matched)} of {len(r.ops)} matched)")
+    for col in ("module", "op", "phase", "predicted", "measured"):
+        table.add_column(col)
+    for o in sorted(matched, key=lambda o: o["measured_time_s"], reverse=True)[:12]:
+        table.add_row(
+            o["module"],
+            short_op(o["op"]),
+            PHASE.get(o["phase"], o["phase"]),
+            seconds(o["predicted_time_s"]),
+            seconds(o["measured_time_s"]),
+        )
+    return table
+
+
+def calibration_document(spec, out: str) -> dict:
+    """What `dlperf calibrate` wrote: the file, the spec's summary and its fitted figures."""
+    fitted = ("kernel_latency_s", "saturation_bytes_per_sm")
+    return {
+        "out": out,
+        "spec": spec.summary(),
+        "efficiency": {k: getattr(spec.efficiency, k) for k in fitted},
+    }
+
+
+def calibration_report(doc: dict) -> None:
+    name = doc["spec"]["name"]
+    sys.stdout.write(f"wrote {doc['out']}: {name}; use it as --gpu {doc['out']}\n")
