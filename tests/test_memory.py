@@ -1,6 +1,7 @@
 """Training memory: the seeds' per-parameter bytes, saved activations
 against PyTorch's own, Korthikanti et al.'s formula, checkpointing."""
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 import dlperf
 from dlperf.errors import DlperfError
+from dlperf.precision import POLICIES
 from dlperf.tracing import trace
 from dlperf.training_memory import optimizer_bytes, parse_checkpoint, state_bytes_per_param
 
@@ -150,3 +152,44 @@ def test_fit_offers_no_sequence_longer_than_the_position_table():
         "hf:gpt2:layers=2", gpu="a100", precision="amp-bf16", batch=1, seq_len=128, fit=True
     )
     assert r.max_seq_len == 1024
+
+
+def test_framework_memory_is_spec_data_per_family():
+    # cuBLAS's workspace is 32 MiB on Hopper and 4 MiB before (hardware/specs/
+    # _framework_memory.toml); the rest of the overhead depends on the trace only.
+    model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256))
+    x = torch.empty(16, 256, device="meta")
+    ampere = dlperf.memory(model, x, gpu="a100", precision="fp32")
+    hopper = dlperf.memory(model, x, gpu="h100", precision="fp32")
+    assert hopper.overhead_bytes - ampere.overhead_bytes == (32 - 4) * 2**20
+    # a CPU has no CUDA context and no cuBLAS workspace: the allocator's 5% only
+    cpu = dataclasses.replace(dlperf.gpu("a100"), kind="cpu", architecture="cpu")
+    on_cpu = dlperf.memory(model, x, gpu=cpu, precision="fp32")
+    held = on_cpu.activations_bytes + on_cpu.transient_bytes
+    assert on_cpu.overhead_bytes == int(0.05 * held)
+
+
+def test_state_bytes_come_from_the_precision_value():
+    for name, policy in POLICIES.items():
+        assert state_bytes_per_param(policy) == state_bytes_per_param(name)
+    # pure bf16 training keeps AdamW's two moments in the weights' 2-byte dtype
+    model = nn.Linear(64, 64)
+    n = 64 * 64 + 64
+    r = dlperf.memory(model, torch.empty(4, 64, device="meta"), precision="bf16")
+    assert (r.weights_bytes, r.gradients_bytes, r.optimizer_bytes) == (2 * n, 2 * n, 2 * 2 * n)
+
+
+def test_checkpointing_what_ifs_are_the_runs_they_name():
+    with torch.device("meta"):
+        model = GPT(layers=4, hidden=128, heads=4)
+    x = torch.empty(64, 2, 128, device="meta")
+    none = dlperf.memory(model, x, precision="fp16")
+    blocks = dlperf.memory(model, x, precision="fp16", checkpoint="blocks")
+    what_if = {p.checkpoint: p for p in none.policies}
+    assert set(what_if) == {"none", "blocks", "sqrt"}
+    assert what_if["blocks"].peak_bytes == blocks.peak_bytes
+    assert what_if["blocks"].activations_bytes == blocks.activations_bytes
+    assert what_if["none"].peak_bytes == none.peak_bytes
+    # the peak is the largest of the three phases, and the JSON says which
+    assert none.peak_bytes == max(none.phases.values())
+    assert none.to_dict()["peak_phase"] == none.peak_phase == max(none.phases, key=none.phases.get)

@@ -1,5 +1,6 @@
 """Parallelism plans, the ring model and real collectives under torchrun."""
 
+import dataclasses
 import json
 
 import pytest
@@ -9,7 +10,16 @@ from torch import nn
 import dlperf
 from dlperf.api import plan
 from dlperf.cli import main
-from dlperf.parallel import Interconnect, ModelProfile, price, ring_time_s, zero_state_bytes
+from dlperf.parallel import (
+    RING_STEP_LATENCY_S,
+    Interconnect,
+    ModelProfile,
+    interconnect_for,
+    price,
+    ring_time_s,
+    zero_state_bytes,
+)
+from dlperf.precision import POLICIES
 
 
 def test_ring_collective_volumes():
@@ -123,3 +133,31 @@ def test_measure_comm_with_two_gloo_workers(capsys, tmp_path):
     assert len(reduces) == 2
     assert all(c["bus_bandwidth_bytes_per_s"] > 0 and c["time_s"] > 0 for c in reduces)
     assert json.loads(out.read_text())["bandwidth_bytes_per_s"] > 0
+
+
+def test_interconnect_defaults_come_from_the_spec_data():
+    # hardware/specs/_interconnect.toml: a node's 8 x 200 Gb/s InfiniBand shared
+    # by its GPUs, and PCIe 3.0 x16 (16 GB/s) where a spec names no link at all
+    bare = dataclasses.replace(
+        dlperf.gpu("a100"), nvlink_bandwidth_bytes_per_s=None, pcie_bandwidth_bytes_per_s=None
+    )
+    net = interconnect_for(bare, gpus_per_node=8)
+    assert net.intra_node_bytes_per_s == 16e9
+    assert net.inter_node_bytes_per_s == min(16e9, 8 * 200e9 / 8 / 8)  # 25 GB/s per GPU
+    assert net.latency_s == RING_STEP_LATENCY_S > 0
+
+
+def test_a_policy_name_and_its_precision_price_the_same_plan():
+    spec = dlperf.gpu("a100")
+    net = Interconnect(300e9, 25e9, 5e-6, 8)
+    for name, policy in POLICIES.items():
+        by_name = price(
+            _profile(precision=name), spec, net, dp=8, tp=1, pp=1, zero=1, global_batch=64
+        )
+        by_value = price(_profile(precision=policy), spec, net, 8, 1, 1, 1, 64)
+        assert by_name == by_value
+    # ZeRO's weight all-gather moves the 16-bit copy under mixed precision, fp32 otherwise
+    psi = 1_000_000_000
+    for name, word in (("amp-bf16", 2), ("fp32", 4)):
+        plan = price(_profile(precision=name), spec, net, dp=8, tp=1, pp=1, zero=1, global_batch=64)
+        assert plan.collectives["dp all_gather"].bytes == word * psi

@@ -261,6 +261,6 @@ def test_a_bug_in_model_loading_is_reported_as_dlperfs(monkeypatch):
     pytest.importorskip("transformers")
     from dlperf import models
 
-    monkeypatch.setattr(models, "HEADS", None)
+    monkeypatch.setattr(models.huggingface, "HEADS", None)
     with pytest.raises(InternalError, match="dlperf bug"):
         load_model("hf:gpt2:layers=1")

@@ -1,0 +1,214 @@
+"""The Hugging Face model spec: presets and `key=value` options on a config.
+
+`hf:NAME[:key=value,...]`: NAME is a preset (HF_PRESETS) or a registered
+model type with its default config; each key sets a key of the config class
+or a short size key (`layers, hidden, heads, kv_heads, mlp, vocab, positions`).
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from ..errors import DlperfError
+
+# preset -> (model type, task head, config overrides)
+HF_PRESETS = {
+    "gpt2": ("gpt2", "causal-lm", {}),
+    "gpt2-medium": ("gpt2", "causal-lm", {"n_embd": 1024, "n_layer": 24, "n_head": 16}),
+    "gpt2-large": ("gpt2", "causal-lm", {"n_embd": 1280, "n_layer": 36, "n_head": 20}),
+    "gpt2-xl": ("gpt2", "causal-lm", {"n_embd": 1600, "n_layer": 48, "n_head": 25}),
+    "bert-base-uncased": ("bert", "masked-lm", {}),
+    "bert-large-uncased": (
+        "bert",
+        "masked-lm",
+        {
+            "hidden_size": 1024,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 16,
+            "intermediate_size": 4096,
+        },
+    ),
+    "t5-small": (
+        "t5",
+        "seq2seq-lm",
+        {
+            "d_model": 512,
+            "d_ff": 2048,
+            "num_layers": 6,
+            "num_decoder_layers": 6,
+            "num_heads": 8,
+            "d_kv": 64,
+        },
+    ),
+    "t5-base": (
+        "t5",
+        "seq2seq-lm",
+        {
+            "d_model": 768,
+            "d_ff": 3072,
+            "num_layers": 12,
+            "num_decoder_layers": 12,
+            "num_heads": 12,
+            "d_kv": 64,
+        },
+    ),
+    "llama-7b": (
+        "llama",
+        "causal-lm",
+        {
+            "hidden_size": 4096,
+            "intermediate_size": 11008,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 32,
+            "vocab_size": 32000,
+        },
+    ),
+    "llama-13b": (
+        "llama",
+        "causal-lm",
+        {
+            "hidden_size": 5120,
+            "intermediate_size": 13824,
+            "num_hidden_layers": 40,
+            "num_attention_heads": 40,
+            "num_key_value_heads": 40,
+            "vocab_size": 32000,
+        },
+    ),
+    "llama-70b": (
+        "llama",
+        "causal-lm",
+        {
+            "hidden_size": 8192,
+            "intermediate_size": 28672,
+            "num_hidden_layers": 80,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 8,
+            "vocab_size": 32000,
+        },
+    ),
+    "mistral-7b": (
+        "mistral",
+        "causal-lm",
+        {
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "vocab_size": 32000,
+        },
+    ),
+}
+# Short keys for the usual sizes: each sets every one of these config
+# attributes that the config class has (their names differ between models).
+SIZE_KEYS = {
+    "layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
+    "hidden": ("hidden_size", "n_embd", "d_model"),
+    "heads": ("num_attention_heads", "n_head", "n_heads", "num_heads"),
+    "kv_heads": ("num_key_value_heads", "num_kv_heads"),
+    "mlp": ("intermediate_size", "n_inner", "d_ff", "ffn_dim", "ffn_hidden_size"),
+    "vocab": ("vocab_size",),
+    "positions": ("max_position_embeddings", "n_positions", "max_seq_len"),
+}
+# Bookkeeping entries of every config's dict that describe no model.
+_NOT_KEYS = {"transformers_version", "architectures", "model_type"}
+
+
+def parse_options(text: str) -> dict[str, str]:
+    """'layers=2,max_seq_len=8192' -> {'layers': '2', 'max_seq_len': '8192'}."""
+    options = {}
+    for item in filter(None, text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise DlperfError(
+                f"bad option {item!r} in hf model spec; use key=value, e.g. hf:gpt2:layers=6"
+            )
+        options[key.strip()] = value.strip()
+    return options
+
+
+def _config_keys(config) -> list[str]:
+    """The keys of this config class that a model spec may set."""
+    keys = {k for k in config.to_dict() if not k.startswith("_") and k not in _NOT_KEYS}
+    keys |= set(getattr(config, "attribute_map", {}))
+    keys.add("num_labels")  # a property of every config, sizes classification heads
+    return sorted(keys)
+
+
+def _alias_targets(config, key: str) -> list[str]:
+    return [a for a in SIZE_KEYS[key] if hasattr(config, a)]
+
+
+def _unknown_key(model_type: str, key: str, config) -> DlperfError:
+    aliases = [k for k in SIZE_KEYS if _alias_targets(config, k)]
+    valid = [*aliases, "head", *_config_keys(config)]
+    near = difflib.get_close_matches(key, valid, n=5, cutoff=0.5)
+    hint = f"did you mean: {', '.join(near)}? " if near else ""
+    return DlperfError(
+        f"{model_type} configs have no key {key!r}; {hint}valid keys: {', '.join(valid)}"
+    )
+
+
+def _parse_value(model_type: str, key: str, text: str, current):
+    """`text` as the type of the attribute's current value (guessed when it is None)."""
+    what = f"{key} of {model_type} configs"
+    if isinstance(current, bool):  # before int: bool is an int
+        if text.lower() in ("true", "1", "yes"):
+            return True
+        if text.lower() in ("false", "0", "no"):
+            return False
+        raise DlperfError(f"{what} is true or false, not {text!r}")
+    if isinstance(current, int):
+        try:
+            return int(text)
+        except ValueError:
+            raise DlperfError(f"{what} is an integer, not {text!r}") from None
+    if isinstance(current, float):
+        try:
+            return float(text)
+        except ValueError:
+            raise DlperfError(f"{what} is a number, not {text!r}") from None
+    if isinstance(current, str):
+        return text
+    if current is None:
+        return _guess_value(text)
+    raise DlperfError(f"{what} is a {type(current).__name__}, which a model spec cannot set")
+
+
+def _guess_value(text: str):
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    words = {"true": True, "false": False, "none": None, "null": None}
+    return words.get(text.lower(), text)
+
+
+def configure(config, model_type: str, options: dict[str, str]) -> None:
+    """Set each option on the config: short size keys, then any config key."""
+    valid = set(_config_keys(config))
+    kv_keys = {"kv_heads", *SIZE_KEYS["kv_heads"]}
+    if "heads" in options and not kv_keys & options.keys() and _alias_targets(config, "kv_heads"):
+        options = {**options, "kv_heads": options["heads"]}  # plain multi-head unless told
+    chosen: set[str] = set()
+    for key, text in options.items():
+        if key in SIZE_KEYS:
+            targets = _alias_targets(config, key)
+            if not targets:
+                raise _unknown_key(model_type, key, config)
+            if not text.isdigit() or int(text) <= 0:
+                raise DlperfError(f"{key}={text} in hf model spec is not a positive integer")
+            for attr in targets:
+                setattr(config, attr, int(text))
+        elif key in valid:
+            setattr(config, key, _parse_value(model_type, key, text, getattr(config, key, None)))
+            chosen.add(key)
+        else:
+            raise _unknown_key(model_type, key, config)
+    head_dim = {"head_dim", getattr(config, "attribute_map", {}).get("head_dim")}
+    follows = hasattr(config, "head_dim") and getattr(config, "num_attention_heads", 0)
+    if follows and not chosen & head_dim:  # hidden / heads unless set explicitly
+        config.head_dim = config.hidden_size // config.num_attention_heads

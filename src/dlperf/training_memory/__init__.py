@@ -1,0 +1,66 @@
+"""Memory of one training step per GPU, from the traced model.
+
+Persistent state per parameter: weights and gradients by the precision
+policy, optimizer states by `optimizer.py` (step.py). Activations are exactly
+the tensors autograd saved for backward in the fake-tensor trace (one count
+per distinct storage, parameters excluded), attributed to the module that ran
+when they were saved. Autocast's weight copies are counted with the weights
+(the 2 B of mixed precision's 6 B), not twice.
+
+The peak is the largest of the end of forward, the backward pass and the
+optimizer step (step.py); checkpointing keeps only each segment's input
+(checkpointing.py); report.py makes `dlperf memory`'s report of one run,
+with the checkpointing what-ifs and the largest batch and sequence that fit.
+"""
+
+from ..models.inputs import resize_inputs
+from ..optimizer import OPTIMIZERS, state_bytes
+from .checkpointing import CHECKPOINT_HELP, CheckpointPlan, checkpoint_plan, parse_checkpoint
+from .report import (
+    CHECKPOINT_WHAT_IFS,
+    CheckpointOption,
+    MemoryReport,
+    block_times,
+    largest,
+    memory_report,
+)
+from .step import (
+    ALLOCATOR_SLACK,
+    CUDA_CONTEXT_BYTES,
+    FrameworkMemory,
+    StepMemory,
+    by_module,
+    framework_memory,
+    optimizer_bytes,
+    overhead_bytes,
+    state_bytes_per_param,
+    step_memory,
+    transient_bytes,
+)
+
+__all__ = [
+    "ALLOCATOR_SLACK",
+    "CHECKPOINT_HELP",
+    "CHECKPOINT_WHAT_IFS",
+    "CUDA_CONTEXT_BYTES",
+    "OPTIMIZERS",
+    "CheckpointOption",
+    "CheckpointPlan",
+    "FrameworkMemory",
+    "MemoryReport",
+    "StepMemory",
+    "block_times",
+    "by_module",
+    "checkpoint_plan",
+    "framework_memory",
+    "largest",
+    "memory_report",
+    "optimizer_bytes",
+    "overhead_bytes",
+    "parse_checkpoint",
+    "resize_inputs",
+    "state_bytes",
+    "state_bytes_per_param",
+    "step_memory",
+    "transient_bytes",
+]

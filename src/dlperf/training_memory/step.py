@@ -1,0 +1,155 @@
+"""The memory terms of one training step per GPU, from its trace.
+
+Persistent state per parameter: fp32 training keeps 4 B of weights and 4 B of
+gradients; mixed precision keeps fp32 master weights and a half-precision
+copy (6 B) with fp32 gradients (4 B); pure fp16/bf16 training keeps 2 B +
+2 B (`Precision` says which). Optimizer states come from `optimizer.py`, the
+one table. The framework's own memory (CUDA context, cuBLAS workspace) is
+spec data, per architecture family (`hardware/specs/_framework_memory.toml`).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from ..hardware import HardwareSpec
+from ..hardware.spec import SPECS_DIR, tomllib
+from ..kinds import Phase
+from ..optimizer import state_bytes
+from ..precision import Precision, precision
+from ..tracing import Trace
+from .checkpointing import checkpoint_plan
+
+FRAMEWORK_MEMORY_FILE = SPECS_DIR / "_framework_memory.toml"
+# Allocator rounding and fragmentation, as a share of the activation memory
+# (a stated constant of PyTorch's caching allocator, not of the device).
+ALLOCATOR_SLACK = 0.05
+
+
+@dataclass(frozen=True)
+class FrameworkMemory:
+    """What the framework takes on a device of one architecture family."""
+
+    cuda_context_bytes: int
+    cublas_workspace_bytes: int
+
+
+@functools.cache
+def framework_memory(architecture: str) -> FrameworkMemory:
+    with open(FRAMEWORK_MEMORY_FILE, "rb") as f:
+        tables = tomllib.load(f)
+    values = {**tables["default"], **tables.get(architecture, {})}
+    return FrameworkMemory(**values)
+
+
+CUDA_CONTEXT_BYTES = framework_memory("default").cuda_context_bytes
+
+
+def overhead_bytes(spec: HardwareSpec, activations: float) -> int:
+    """The framework's memory on `spec`, and the allocator's slack on `activations`."""
+    framework = framework_memory(spec.architecture)
+    fixed = framework.cuda_context_bytes + framework.cublas_workspace_bytes
+    return int(fixed + ALLOCATOR_SLACK * activations)
+
+
+def state_bytes_per_param(policy: str | Precision) -> tuple[int, int]:
+    """(weight bytes, gradient bytes) per parameter under a precision policy:
+    the masters plus autocast's half-precision copy, and the gradients."""
+    policy = precision(policy)
+    return policy.master_weight_bytes + policy.cast_weight_bytes, policy.grad_bytes
+
+
+def optimizer_bytes(
+    optimizer: str, params: int, shapes: list[tuple[int, ...]], word_bytes: int = 4
+) -> int:
+    """Optimizer states (`optimizer.state_bytes`, the one table)."""
+    return state_bytes(optimizer, params, shapes, word_bytes)
+
+
+def transient_bytes(trace: Trace) -> int:
+    """The largest working set of one backward op: its outputs and incoming gradient."""
+    largest = 0
+    for e in trace.events:
+        if e.phase != "backward":
+            continue
+        inputs = e.tensors()
+        incoming = inputs[0].nbytes if inputs else 0
+        largest = max(largest, incoming + sum(o.nbytes for o in e.outputs))
+    return largest
+
+
+def by_module(trace: Trace, depth: int = 2) -> dict[str, int]:
+    """Saved activations per module path, cut at `depth` levels, largest first."""
+    out: dict[str, int] = {}
+    for t in trace.saved:
+        if t.kind != "activation":
+            continue
+        key = ".".join(t.module.split(".")[:depth]) if t.module else "(model)"
+        out[key] = out.get(key, 0) + t.nbytes
+    return dict(sorted(out.items(), key=lambda kv: kv[1], reverse=True))
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """The memory terms of one step under one checkpointing policy.
+
+    The peak is the largest of: the end of forward (state + activations), the
+    backward pass (state + activations + gradients + the largest transient of
+    one backward op: an upper bound, since activations are freed as gradients
+    are made), and the optimizer step (state + gradients).
+    """
+
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+    transient_bytes: int
+    overhead_bytes: int
+    recompute_s: float
+    checkpoint: str  # the policy as priced ("blocks", "every:2", ...)
+
+    @property
+    def phases(self) -> dict[Phase, int]:
+        """Memory in use at the end of forward, in backward, and in the optimizer step."""
+        persistent = self.weights_bytes + self.optimizer_bytes + self.overhead_bytes
+        held = persistent + self.activations_bytes
+        return {
+            Phase.FORWARD: held,
+            Phase.BACKWARD: held + self.gradients_bytes + self.transient_bytes,
+            Phase.OPTIMIZER: persistent + self.gradients_bytes,
+        }
+
+    @property
+    def peak_phase(self) -> Phase:
+        phases = self.phases
+        return max(phases, key=phases.get)
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.phases[self.peak_phase]
+
+
+def step_memory(
+    trace: Trace,
+    spec: HardwareSpec,
+    optimizer: str,
+    checkpoint: str,
+    forward_time: dict[str, float],
+) -> StepMemory:
+    """The memory terms of one step, for a trace at the micro-batch size."""
+    policy = trace.precision
+    w_per, g_per = state_bytes_per_param(policy)
+    weights = w_per * trace.params
+    grads = g_per * trace.trainable_params
+    states = 0
+    if trace.training:
+        n, shapes = trace.trainable_params, trace.param_shapes
+        states = optimizer_bytes(optimizer, n, shapes, policy.master_weight_bytes)
+    plan = checkpoint_plan(trace, checkpoint, forward_time)
+    acts = plan.activations_bytes
+    transient = transient_bytes(trace)
+    overhead = overhead_bytes(spec, acts + transient)
+    return StepMemory(
+        weights, grads, states, acts, transient, overhead, plan.recompute_s, plan.policy
+    )
