@@ -58,7 +58,9 @@ def test_a_spliced_trace_prices_like_a_whole_one(monkeypatch, precision, trainin
     session = Session()
     session.analysis(run)
     spliced = session.analysis(run.with_module(fixed))
-    whole = Session().analysis(resolve(fixed, x, gpu="a100", precision=precision, training=training))
+    whole = Session().analysis(
+        resolve(fixed, x, gpu="a100", precision=precision, training=training)
+    )
     assert _totals(spliced)[0] == _totals(whole)[0]
     assert _totals(spliced)[1] == pytest.approx(_totals(whole)[1], rel=1e-12)
     assert sorted((r.module, r.op, r.phase) for r in spliced.rows) == sorted(
