@@ -193,7 +193,7 @@ def test_roofline_has_a_legend_and_op_colours_that_no_roof_uses():
     a = dlperf.analyze(small_cnn(), torch.empty(8, 3, 16, 16, device="meta"), gpu="a100")
     svg = render(a).split("<h2>Roofline</h2>", 1)[1]
     for name in ("ops", "roofs", "contraction"):
-        assert f"<!-- {name} -->" in svg  # matplotlib labels legend entries in comments
+        assert f">{name}</text>" in svg  # legend entries, written as SVG text
     for dtype in a.spec.math:
         assert f"{dtype} roof" in svg
     # the roofs are drawn before the points: none of them is in an op colour

@@ -66,3 +66,22 @@ def test_a_spliced_trace_prices_like_a_whole_one(monkeypatch, precision, trainin
     assert sorted((r.module, r.op, r.phase) for r in spliced.rows) == sorted(
         (r.module, r.op, r.phase) for r in whole.rows
     )
+
+
+def test_a_fix_that_unties_a_weight_is_spliced_like_a_whole_trace():
+    # GPT-2's head shares the embedding's weight; the padded head (50257 -> 50264
+    # outputs) has its own, so the backward addition of the tied weight's two
+    # gradients (50257 x 768 each) is gone from the fixed model's step
+    run = resolve("hf:gpt2:layers=1", gpu="a100", precision="amp-bf16", batch=2, seq_len=32)
+    fixed = fixes.pad_linear_outputs(run.module, {"lm_head": 50264})
+    session = Session()
+    session.analysis(run)
+    spliced_trace = session.trace(run.with_module(fixed))
+    whole_run = resolve(fixed, run.inputs, gpu="a100", precision="amp-bf16")
+    whole_trace = Session().trace(whole_run)
+    assert spliced_trace.params == whole_trace.params
+    assert spliced_trace.activation_bytes == whole_trace.activation_bytes
+    spliced = session.analysis(run.with_module(fixed))
+    whole = Session().analysis(whole_run)
+    assert _totals(spliced)[0] == _totals(whole)[0]
+    assert _totals(spliced)[1] == pytest.approx(_totals(whole)[1], rel=1e-12)

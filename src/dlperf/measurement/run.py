@@ -192,14 +192,38 @@ def measure_model(
                 if sync:
                     sync()
         events = prof.events()
+    measured = _measured_ops(events, device)
+    timing = time_callable(step, warmup=1, repeats=max(5, steps), synchronize=sync)
+    ops, categories = _beside_predictions(analysis, measured, steps)
+    tc = _tensor_core_usage(prof) if device == "cuda" else None
+    return MeasureReport(
+        name,
+        device,
+        analysis.precision,
+        training,
+        analysis.time_s,
+        timing.median_s,
+        timing.spread_s,
+        ops,
+        categories,
+        tc,
+    )
+
+
+def _measured_ops(events, device: str) -> dict[tuple, list[float]]:
+    """Seconds of every profiled aten call, by op and input shapes, in order."""
     measured = defaultdict(list)
     for event in events:
         if event.name.startswith("aten::"):
             device_us = getattr(event, "device_time_total", 0) if device == "cuda" else 0
             us = device_us or event.cpu_time_total
             measured[_key(event.name, event.input_shapes)].append(us * 1e-6)
-    timing = time_callable(step, warmup=1, repeats=max(5, steps), synchronize=sync)
+    return measured
 
+
+def _beside_predictions(analysis, measured: dict, steps: int) -> tuple[list[dict], dict]:
+    """Each predicted op with its measured time (None when not matched), and
+    the per-category sums of the matched ones."""
     ops, categories = [], defaultdict(lambda: {"predicted_time_s": 0.0, "measured_time_s": 0.0})
     used = defaultdict(int)
     for row in analysis.rows:
@@ -228,19 +252,7 @@ def measure_model(
         if measured_s is not None:
             categories[row.category]["predicted_time_s"] += row.time_s
             categories[row.category]["measured_time_s"] += measured_s
-    tc = _tensor_core_usage(prof) if device == "cuda" else None
-    return MeasureReport(
-        name,
-        device,
-        analysis.precision,
-        training,
-        analysis.time_s,
-        timing.median_s,
-        timing.spread_s,
-        ops,
-        dict(categories),
-        tc,
-    )
+    return ops, dict(categories)
 
 
 def _tensor_core_usage(prof) -> dict:  # pragma: no cover - needs a GPU

@@ -8,8 +8,10 @@ rest of the step is unchanged: tracing the new module alone, on the
 arguments the old one was called with, gives the same events a whole new
 trace would, in a fraction of the time (the counts of view ops and of
 suppressed recurrent-layer internals stay the base's). Anything else (a
-module called twice, with other than tensors, or whose weights are tied to
-another's; a container changed) is traced whole.
+module called twice or with other than tensors, one that stays tied to
+another's weights, a container changed) is traced whole. A fix that unties
+a weight (a padded head beside the embedding it shared) drops the backward
+addition that summed the tied weight's two gradients.
 """
 
 from __future__ import annotations
@@ -50,14 +52,43 @@ def changed_modules(old: nn.Module, new: nn.Module) -> list[str] | None:
     return changed
 
 
-def _shares_parameters(model: nn.Module, path: str) -> bool:
-    """Whether a module's parameters are also used elsewhere (tied weights):
-    their gradients meet outside the module, so it cannot be traced alone."""
+def _tied(model: nn.Module, path: str) -> list[tuple[str, torch.Size]]:
+    """The other modules that use a parameter of the module at `path` (tied
+    weights), with that parameter's shape."""
     inside = {id(p) for p in model.get_submodule(path).parameters()}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        if id(p) in inside and not within(name.rpartition(".")[0], path):
-            return True
-    return False
+    return [
+        (name.rpartition(".")[0], p.shape)
+        for name, p in model.named_parameters(remove_duplicate=False)
+        if id(p) in inside and not within(name.rpartition(".")[0], path)
+    ]
+
+
+def _untied_accumulations(base: Trace, old: nn.Module, new: nn.Module, paths) -> list | None:
+    """The backward additions that summed a tied weight's two gradients, for
+    the weights a fix unties (a padded head no longer shares the embedding):
+    the new model does not run them. None when a changed module stays tied
+    (its partner changes with it, and the splice cannot follow)."""
+    dropped = []
+    for path in paths:
+        if _tied(new, path):
+            return None
+        for owner, shape in _tied(old, path):
+            found = next(
+                (
+                    e
+                    for e in base.events
+                    if e.phase == "backward"
+                    and e.module == owner
+                    and e.op.startswith("aten.add")
+                    and [t.shape for t in e.tensors()] == [tuple(shape)] * 2
+                    and not any(e is d for d in dropped)
+                ),
+                None,
+            )
+            if found is None:
+                return None
+            dropped.append(found)
+    return dropped
 
 
 def splice(base: Trace, old: nn.Module, new: nn.Module, retrace) -> Trace | None:
@@ -65,8 +96,15 @@ def splice(base: Trace, old: nn.Module, new: nn.Module, retrace) -> Trace | None
     change cannot be spliced. `retrace(module, inputs)` traces a module alone
     with the base's precision and training mode."""
     paths = changed_modules(old, new)
-    if not paths or any(_shares_parameters(old, path) for path in paths):
+    if not paths:
         return None
+    untied = _untied_accumulations(base, old, new, paths)
+    if untied is None:
+        return None
+    if untied:
+        base = dataclasses.replace(
+            base, events=[e for e in base.events if not any(e is u for u in untied)]
+        )
     pieces = {}
     for path in paths:
         calls = base.module_calls.get(path, [])

@@ -98,7 +98,8 @@ def memory_report(run, session, checkpoint: str = "none", accumulate: int = 1, f
     step = run if accumulate == 1 else run.with_inputs(resize_inputs(run.inputs, batch=micro))
     step = dataclasses.replace(step, training=True)
     recorded = session.trace(step)
-    forward = block_times(session.analysis(step, with_optimizer=False), recorded.blocks, "forward")
+    # forward times only: the run's own analysis serves (its optimizer rows are skipped)
+    forward = block_times(session.analysis(step), recorded.blocks, "forward")
     terms = step_memory(recorded, run.spec, run.optimizer, checkpoint, forward)
     capacity = run.spec.memory_bytes
     policies = [  # priced on the same trace
