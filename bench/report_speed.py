@@ -23,9 +23,7 @@ TARGET = 1.3
 
 def wall_s(args: list[str]) -> float:
     start = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "dlperf", *args], check=True, stdout=subprocess.DEVNULL
-    )
+    subprocess.run([sys.executable, "-m", "dlperf", *args], check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
