@@ -8,6 +8,7 @@ import dlperf
 from dlperf.errors import DlperfError
 from dlperf.hardware import cpu
 from dlperf.measurement.timing import time_callable
+from tests.fake_cpu import fake_cpu_doc
 
 
 def test_timing_harness_reports_median_and_spread():
@@ -113,21 +114,8 @@ def test_conv_knee_fit_recovers_a_known_knee():
 
 
 def _cpu_doc(**efficiency) -> dict:
-    return {
-        "id": "cpu",
-        "name": "test cpu",
-        "kind": "cpu",
-        "architecture": "cpu",
-        "sm_count": 2,
-        "boost_clock_mhz": 1000.0,
-        "memory_bytes": 2**34,
-        "memory_bandwidth_bytes_per_s": 1e13,  # so that every convolution is math-bound
-        "l2_cache_bytes": 2**20,  # 1 MiB
-        "math": {
-            "fp32": {"peak_flops_per_s": 1e11, "macs_per_clock_per_sm": 25.0, "tensor_cores": False}
-        },
-        "efficiency": {"kernel_latency_s": 1e-6, **efficiency},
-    }
+    # bandwidth 1e13 B/s so that every convolution is math-bound
+    return fake_cpu_doc(1e13, **efficiency)
 
 
 def test_eager_overhead_is_added_per_call_on_a_cpu_only():

@@ -7,6 +7,7 @@ import dlperf
 from dlperf.errors import DlperfError
 from dlperf.gemm import predict_many
 from dlperf.roofline import limiter
+from tests.fake_cpu import fake_cpu_doc
 
 JSON_KEYS = {
     "m",
@@ -159,22 +160,7 @@ def test_cpu_gemm_uses_the_roofline(monkeypatch, tmp_path):
     from dlperf.hardware import cpu
 
     monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path))
-    fake = {
-        "id": "cpu",
-        "name": "test cpu",
-        "kind": "cpu",
-        "architecture": "cpu",
-        "sm_count": 2,
-        "boost_clock_mhz": 1000.0,
-        "memory_bytes": 2**30,
-        "memory_bandwidth_bytes_per_s": 1e10,
-        "l2_cache_bytes": 2**20,
-        "sources": ["test"],
-        "math": {
-            "fp32": {"peak_flops_per_s": 1e11, "macs_per_clock_per_sm": 25.0, "tensor_cores": False}
-        },
-        "efficiency": {"kernel_latency_s": 1e-6},
-    }
+    fake = fake_cpu_doc(1e10, memory_bytes=2**30)
     monkeypatch.setattr(cpu, "probe_cpu", lambda: fake)
     r = dlperf.gemm(1000, 1000, 1000, dtype="fp32", gpu="cpu")
     # 2e9 FLOPs / 1e11 FLOP/s = 20 ms, plus 1 us latency

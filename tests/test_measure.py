@@ -15,6 +15,7 @@ from dlperf.cli import main
 from dlperf.errors import DlperfError
 from dlperf.hardware import cpu, load_spec_file
 from dlperf.measurement.calibrate import fit_saturation, to_toml
+from tests.fake_cpu import fake_cpu_doc
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,22 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def cached_cpu(monkeypatch, tmp_path):
     """A CPU probe already in the cache (made-up figures), so that no test waits for one."""
     monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path))
-    doc = {
-        "id": "cpu",
-        "name": "test cpu",
-        "kind": "cpu",
-        "architecture": "cpu",
-        "sm_count": 2,
-        "boost_clock_mhz": 1000.0,
-        "memory_bytes": 2**34,
-        "memory_bandwidth_bytes_per_s": 2e10,
-        "l2_cache_bytes": 2**20,
-        "sources": ["test"],
-        "math": {
-            "fp32": {"peak_flops_per_s": 1e11, "macs_per_clock_per_sm": 25.0, "tensor_cores": False}
-        },
-        "efficiency": {"kernel_latency_s": 2e-6, "eager_call_overhead_s": 1e-5},
-    }
+    doc = fake_cpu_doc(2e10, kernel_latency_s=2e-6, eager_call_overhead_s=1e-5)
     path = cpu.cache_dir() / f"cpu-{cpu._machine_key()}.json"
     path.write_text(json.dumps(doc))
     return tmp_path
