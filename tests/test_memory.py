@@ -186,9 +186,10 @@ def test_checkpointing_what_ifs_are_the_runs_they_name():
     none = dlperf.memory(model, x, precision="fp16")
     blocks = dlperf.memory(model, x, precision="fp16", checkpoint="blocks")
     what_if = {p.checkpoint: p for p in none.policies}
-    assert set(what_if) == {"none", "blocks", "sqrt"}
-    assert what_if["blocks"].peak_bytes == blocks.peak_bytes
-    assert what_if["blocks"].activations_bytes == blocks.activations_bytes
+    assert set(what_if) == {"none", "selective", "full", "sqrt"}
+    assert blocks.checkpoint == "full"  # blocks is full's alias
+    assert what_if["full"].peak_bytes == blocks.peak_bytes
+    assert what_if["full"].activations_bytes == blocks.activations_bytes
     assert what_if["none"].peak_bytes == none.peak_bytes
     # the peak is the largest of the three phases, and the JSON says which
     assert none.peak_bytes == max(none.phases.values())

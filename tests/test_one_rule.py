@@ -14,7 +14,13 @@ from dlperf.ops import aten_packet, register, registered_packets
 def test_every_registered_key_is_an_aten_op_of_the_installed_torch():
     own = [p for p in registered_packets() if p.startswith("dlperf.")]
     aten = [p for p in registered_packets() if not p.startswith("dlperf.")]
-    assert own == [f"dlperf.rnn.{mode}" for mode in ("gru", "lstm", "rnn_relu", "rnn_tanh")]
+    rnn = [f"dlperf.rnn.{mode}" for mode in ("gru", "lstm", "rnn_relu", "rnn_tanh")]
+    # the fused attention events are dlperf's own custom ops (tracing/attention.py)
+    attention = ["dlperf.attention.default", "dlperf.attention_backward.default"]
+    # and so are the mixture-of-experts layers' (tracing/moe.py)
+    moe = ["dlperf.moe.default", "dlperf.moe_backward.default"]
+    assert own == [*attention, *moe, *rnn]
+    assert all(hasattr(torch.ops.dlperf, name.split(".")[1]) for name in attention + moe)
     missing = [p for p in aten if aten_packet(p) is None]
     assert missing == []
 

@@ -2,24 +2,30 @@
 
 import dataclasses
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 import dlperf
 from dlperf.api import plan
 from dlperf.cli import main
+from dlperf.errors import DlperfError
 from dlperf.parallel import (
     RING_STEP_LATENCY_S,
     Interconnect,
+    Layout,
     ModelProfile,
     interconnect_for,
+    parse_schedule,
     price,
     ring_time_s,
-    zero_state_bytes,
 )
 from dlperf.precision import POLICIES
+
+sys.path.insert(0, str(Path(__file__).parent))
+from gpt_layer import GPT  # noqa: E402
 
 
 def test_ring_collective_volumes():
@@ -36,79 +42,126 @@ def _profile(**changes) -> ModelProfile:
         params=1_000_000_000,
         block_params=1_000_000_000,
         blocks=10,
-        block_activations_bytes=1e8,
-        other_activations_bytes=0.0,
-        block_output_bytes=1e7,
-        block_forward_s=0.01,
-        block_backward_s=0.02,
-        other_forward_s=0.0,
-        other_backward_s=0.0,
-        optimizer_s=0.01,
-        transient_bytes=0.0,
         micro_batch=1,
         tokens_per_sample=0,
         precision="amp-bf16",
         optimizer="adamw",
+        block_activations_bytes=1e8,
+        boundary_elements=5e6,
+        block_forward_s=0.01,
+        block_backward_s=0.02,
+        block_split_share=1.0,
+        optimizer_s=0.01,
     )
     base.update(changes)
     return ModelProfile(**base)
-
-
-def test_zero_memory_matches_the_zero_paper():
-    # ZeRO (Rajbhandari et al.): mixed-precision Adam keeps 2 + 2 + K bytes per
-    # parameter, K = 12 (fp32 master weights, momentum, variance).
-    psi, nd = 1_000_000_000, 64
-    p = _profile()
-    assert zero_state_bytes(p, 1, nd, psi) == pytest.approx((2 + 2) * psi + 12 * psi / nd)
-    assert zero_state_bytes(p, 2, nd, psi) == pytest.approx(2 * psi + (2 + 12) * psi / nd)
-    assert zero_state_bytes(p, 3, nd, psi) == pytest.approx((2 + 2 + 12) * psi / nd)
-    # The paper's figure 1, 7.5B parameters on 64 GPUs:
-    # stage 1: 4 * 7.5e9 + 12 * 7.5e9 / 64 = 31.4 GB
-    # stage 2: 2 * 7.5e9 + 14 * 7.5e9 / 64 = 16.6 GB
-    # stage 3: 16 * 7.5e9 / 64 = 1.875 GB
-    assert zero_state_bytes(p, 1, 64, 7.5e9) / 1e9 == pytest.approx(31.4, abs=0.05)
-    assert zero_state_bytes(p, 2, 64, 7.5e9) / 1e9 == pytest.approx(16.6, abs=0.05)
-    assert zero_state_bytes(p, 3, 64, 7.5e9) == pytest.approx(1.875e9)
 
 
 def test_plan_terms_move_the_right_way():
     spec = dlperf.gpu("a100")
     net = Interconnect(300e9, 25e9, 5e-6, 8)
     p = _profile()
-    ddp = price(p, spec, net, dp=8, tp=1, pp=1, zero=0, global_batch=64)
-    z3 = price(p, spec, net, dp=8, tp=1, pp=1, zero=3, global_batch=64)
+    ddp = price(p, spec, net, Layout(dp=8, tp=1, pp=1, micro_batches=8))
+    z3 = price(p, spec, net, Layout(dp=8, tp=1, pp=1, sharding="fsdp", micro_batches=8))
     assert z3.memory_per_gpu_bytes < ddp.memory_per_gpu_bytes
-    assert "dp all_reduce" in ddp.collectives and "dp all_gather" in z3.collectives
-    tp = price(p, spec, net, dp=1, tp=8, pp=1, zero=0, global_batch=64)
-    assert tp.collectives["tp all_reduce"]["bytes"] > 0
+    assert ddp.collective("dp all_reduce") and z3.collective("dp all_gather")
+    tp = price(p, spec, net, Layout(dp=1, tp=8, pp=1, micro_batches=64))
+    assert tp.collective("tp all_reduce")["bytes"] > 0  # still readable as a dict
     assert tp.memory_per_gpu_bytes < ddp.memory_per_gpu_bytes
-    # pipeline bubble: (p - 1) extra stage slots over m micro-batches
-    pp = price(p, spec, net, dp=1, tp=1, pp=4, zero=0, global_batch=8)
-    stage = 10 / 4 * (0.01 + 0.02)
+    # pipeline: m stage slots plus the bubble, (p - 1) of them, and the optimizer
+    # on a quarter of the parameters: 10/4 blocks -> 3 on the busiest stage
+    at = Layout(dp=1, tp=1, pp=4, schedule=parse_schedule("1f1b"), micro_batches=8)
+    pp = price(p, spec, net, at)
+    stage = 3 * (0.01 + 0.02)
     assert pp.compute_time_s == pytest.approx((8 + 3) * stage + 0.01 / 4)
+    assert pp.bubble_time_s == pytest.approx(3 * stage)
 
 
-def test_plan_ranks_fitting_plans_first():
-    blocks = nn.Sequential(*[nn.Sequential(nn.Linear(256, 256), nn.ReLU()) for _ in range(4)])
-    r = plan(blocks, torch.empty(8, 256, device="meta"), gpu="a100", gpus=8, precision="fp32")
-    assert r.plans[0].fits
-    assert r.plans == sorted(r.plans, key=lambda p: (not p.fits, p.step_time_s))
+def _gpt(layers=4, hidden=256, heads=4):
+    with torch.device("meta"):
+        return GPT(layers=layers, hidden=hidden, heads=heads)
+
+
+X = torch.empty(64, 2, 256, device="meta")  # (s, b, h): 64 "samples" per micro-batch
+
+
+def test_plan_ranks_only_fitting_plans_and_reports_each_layout_once():
+    r = plan(_gpt(), X, gpu="a100", gpus=8, precision="fp16", global_batch=512)
+    fitting = [p for p in r.plans if p.fits]
+    assert r.plans[: len(fitting)] == fitting  # fitting ones first
+    assert fitting == sorted(fitting, key=lambda p: p.step_time_s)
+    assert {p.dp * p.tp * p.pp * p.cp for p in r.plans} == {8}
+    layouts = [(p.dp, p.tp, p.pp, p.cp, p.ep, p.sharding) for p in r.plans]
+    assert len(layouts) == len(set(layouts))
+    assert r.searched > len(r.plans)  # schedules, SP and checkpointing variants
     doc = r.to_dict()["plans"][0]
     for key in (
-        "dp",
-        "tp",
-        "pp",
-        "zero",
-        "micro_batch",
-        "accumulate",
-        "memory_per_gpu_bytes",
-        "comm_time_s",
-        "step_time_s",
-        "samples_per_s",
-        "fits",
+        *("dp", "tp", "pp", "cp", "ep", "zero", "sharding", "schedule", "micro_batch"),
+        *("checkpoint", "sequence_parallel", "fits", "memory_per_gpu_bytes", "step_time_s"),
+        *("tokens_per_s_per_gpu", "mfu", "accumulate", "samples_per_s", "collectives"),
     ):
         assert key in doc
-    assert {p.dp * p.tp * p.pp for p in r.plans} == {8}
+    for c in doc["collectives"]:
+        assert {"op", "bytes", "time_s", "exposed_time_s"} <= set(c)
+
+
+def test_when_nothing_fits_the_nearest_plans_say_what_would_make_them_fit():
+    model, x = _gpt(layers=8, hidden=1024, heads=16), torch.empty(128, 16, 1024, device="meta")
+    run = dict(precision="fp16", global_batch=1024, checkpoint="none")
+    roomy = plan(model, x, gpu="a100", gpus=8, **run)
+    least = min(p.memory_per_gpu_bytes for p in roomy.plans)
+    # a GPU 16 MiB short of the leanest plan
+    small = dataclasses.replace(dlperf.gpu("a100"), memory_bytes=int(least) - 2**24)
+    r = plan(model, x, gpu=small, gpus=8, **run)
+    assert not any(p.fits for p in r.plans)
+    assert r.note.startswith("no plan fits: the nearest needs") and "\n" not in r.note
+    nearest = r.plans[0]
+    assert nearest.memory_per_gpu_bytes == least
+    assert any(fix.startswith("--checkpoint full") for fix in nearest.to_fit)
+    # forced: that plan, how far it is from fitting, and its remedies; on a GPU
+    # short of half its activations, checkpointing or half the micro-batch fits
+    dims = dict(dp=8, tp=1, pp=1, sharding="fsdp")
+    (whole,) = plan(model, x, gpu="a100", gpus=8, **dims, **run).plans
+    room = int(whole.memory_per_gpu_bytes - whole.memory.activations_bytes / 2)
+    short = dataclasses.replace(dlperf.gpu("a100"), memory_bytes=room)
+    forced = plan(model, x, gpu=short, gpus=8, **dims, **run)
+    (p,) = forced.plans
+    assert forced.note.startswith("dp8-tp1-pp1-fsdp does not fit: the nearest needs")
+    over = (p.memory_per_gpu_bytes - room) / 2**30
+    assert f"{over:.1f} GiB more than" in forced.note
+    assert p.to_fit[0].startswith("--checkpoint full")
+    assert p.to_fit[1].startswith("--micro-batch 64")  # half of 128 (activations scale)
+
+
+def test_forced_dimensions_price_exactly_that_plan():
+    r = plan(
+        _gpt(), X, gpu="a100", gpus=8, precision="fp16", global_batch=512,
+        dp=2, tp=2, pp=2, sharding="zero1", schedule="1f1b", sequence_parallel=True,
+        checkpoint="full",
+    )  # fmt: skip
+    (p,) = r.plans
+    assert (p.dp, p.tp, p.pp, p.sharding, p.schedule) == (2, 2, 2, "zero1", "1f1b")
+    assert p.sequence_parallel and p.checkpoint == "full" and p.accumulate == 512 // 2 // 64
+    assert p.collective("pp send") and p.collective("tp all_gather+reduce_scatter")
+    with pytest.raises(DlperfError, match="dp x tp x pp x cp = 24, not the 8 GPUs"):
+        plan(_gpt(), X, gpu="a100", gpus=8, precision="fp16", dp=2, tp=3, pp=4)
+    with pytest.raises(DlperfError, match="tp 8 does not divide the 12 attention heads"):
+        plan("hf:gpt2:n_layer=2", gpu="a100", gpus=8, seq_len=64, tp=8)  # Megatron splits heads
+    with pytest.raises(DlperfError, match="interleaved"):
+        plan(_gpt(), X, gpu="a100", gpus=8, precision="fp16", pp=4, schedule="interleaved:3")
+
+
+def test_plan_on_the_command_line(capsys):
+    code = main(
+        ["plan", "hf:gpt2:n_layer=2", "--seq-len", "128", "--gpu", "h100", "--gpus", "16",
+         "--tp", "2", "--cp", "2", "--pp", "2", "--schedule", "gpipe", "--sequence-parallel",
+         "--sharding", "zero1", "--json"]
+    )  # fmt: skip
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    (p,) = doc["plans"]
+    assert (p["dp"], p["tp"], p["cp"], p["pp"], p["schedule"]) == (2, 2, 2, 2, "gpipe")
+    assert doc["fixed"]["sequence_parallel"] is True
 
 
 def test_measure_comm_with_two_gloo_workers(capsys, tmp_path):
@@ -150,14 +203,11 @@ def test_interconnect_defaults_come_from_the_spec_data():
 def test_a_policy_name_and_its_precision_price_the_same_plan():
     spec = dlperf.gpu("a100")
     net = Interconnect(300e9, 25e9, 5e-6, 8)
+    at = Layout(dp=8, tp=1, pp=1, sharding="zero1", micro_batches=8)
     for name, policy in POLICIES.items():
-        by_name = price(
-            _profile(precision=name), spec, net, dp=8, tp=1, pp=1, zero=1, global_batch=64
-        )
-        by_value = price(_profile(precision=policy), spec, net, 8, 1, 1, 1, 64)
-        assert by_name == by_value
+        by_name = price(_profile(precision=name), spec, net, at)
+        assert by_name == price(_profile(precision=policy), spec, net, at)
     # ZeRO's weight all-gather moves the 16-bit copy under mixed precision, fp32 otherwise
-    psi = 1_000_000_000
     for name, word in (("amp-bf16", 2), ("fp32", 4)):
-        plan = price(_profile(precision=name), spec, net, dp=8, tp=1, pp=1, zero=1, global_batch=64)
-        assert plan.collectives["dp all_gather"].bytes == word * psi
+        gather = price(_profile(precision=name), spec, net, at).collective("dp all_gather")
+        assert gather.bytes == word * 1_000_000_000

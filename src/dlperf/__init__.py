@@ -17,6 +17,8 @@ The public API (names are a contract, see docs/design.md):
   each op measured beside its prediction.
 - `trace(path, gpu=None)`: a PyTorch profiler trace of a real GPU run, kernel
   by kernel against the roofline.
+- `serve(model, gpu=..., precision=..., input_len=..., output_len=..., batch=...)`:
+  a decoder LLM served with a KV cache (TTFT, TPOT, tokens/s, memory, max batch).
 """
 
 from .advice.engine import advise, fix
@@ -26,6 +28,7 @@ from .api import profile_trace as trace
 from .errors import DlperfError
 from .gemm import GemmResult, gemm
 from .hardware import HardwareSpec, gpu, gpus
+from .serving import serve
 
 __all__ = [
     "Analysis",
@@ -42,6 +45,7 @@ __all__ = [
     "memory",
     "plan",
     "report",
+    "serve",
     "trace",
 ]
 __version__ = "0.1.0"

@@ -14,12 +14,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from .compiling import FusionSummary, fuse
 from .dtypes import name_of
 from .hardware import HardwareSpec
+from .host import HostTimeline, issue_timeline
 from .kinds import Bound, Category, LossKind, Phase
 from .losses import Loss
 from .ops import CATEGORIES, Cost, CostContext, Costed, costed, fallback
-from .optimizer import optimizer_cost
+from .optimizer import grad_scaler_cost, optimizer_cost, uses_loss_scaling
 from .pricing import GemmRow, GemmTimer, Timing, time
 from .roofline import arithmetic_intensity
 from .tracing import Trace
@@ -28,6 +30,10 @@ __all__ = ["Analysis", "GemmRow", "OpRow", "Tally", "analyze_trace", "price_cost
 
 # The trace report and the advice price costs by this name.
 price_cost = time
+
+
+# OpRow fields the JSON leaves out or writes its own way.
+_NOT_IN_JSON = ("gemms", "losses", "host_ops", "host_sync")
 
 
 @dataclass
@@ -50,6 +56,10 @@ class OpRow:
     notes: list[str] = field(default_factory=list)
     supported: bool = True
     losses: tuple[Loss, ...] = ()
+    # Framework calls the host makes for the op (a per-parameter optimizer loop: many),
+    # and whether the host then waits for the GPU (reads a value back).
+    host_ops: int = 1
+    host_sync: bool = False
 
     @property
     def gemm_flops(self) -> float:
@@ -57,7 +67,7 @@ class OpRow:
         return sum(2.0 * g.m * g.n * g.k * g.batch * g.count for g in self.gemms)
 
     def to_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k not in ("gemms", "losses")}
+        out = {k: v for k, v in self.__dict__.items() if k not in _NOT_IN_JSON}
         out["gemms"] = [g.to_dict() for g in self.gemms]
         out["losses"] = [loss.to_dict() for loss in self.losses]
         return out
@@ -120,6 +130,12 @@ class Analysis:
     spec: HardwareSpec = field(repr=False)
     optimizer: str = "adamw"
     view_ops: int = 0
+    # How the step runs, and the host issuing it (None: the plain sum of the rows).
+    checkpoint: str = "none"
+    compiled: bool = False
+    cuda_graphs: bool = False
+    host: HostTimeline | None = None
+    fusion: FusionSummary | None = None
 
     # -- aggregates: sums over the rows ------------------------------------
     @property
@@ -129,7 +145,14 @@ class Analysis:
 
     @property
     def time_s(self) -> float:
+        """The GPU's busy time: the sum of the rows' predicted times."""
         return sum(r.time_s for r in self.rows)
+
+    @property
+    def step_time_s(self) -> float:
+        """The step as it runs: the GPU's kernels, and its waits while the host
+        issues them (`host.issue_timeline`)."""
+        return self.host.step_s if self.host else self.time_s
 
     @property
     def phases(self) -> dict:
@@ -168,14 +191,14 @@ class Analysis:
         found = tally(self.rows, lambda r: (r.category,))
         flops = found[Category.CONTRACTION].flops if Category.CONTRACTION in found else 0
         dtype = self.contraction_dtype
-        time_s = self.time_s
+        time_s = self.step_time_s
         if not time_s or not self.spec.has_dtype(dtype):
             return 0.0
         return flops / time_s / self.spec.peak_flops_per_s(dtype)
 
     @property
     def throughput(self) -> dict:
-        time_s = self.time_s
+        time_s = self.step_time_s
         if not time_s:
             return {}
         out = {"samples_per_s": self.batch / time_s}
@@ -192,6 +215,10 @@ class Analysis:
             **{name: getattr(self, name) for name in run},
             "optimizer": self.optimizer if self.training else None,
             "totals": self.totals,
+            "step_time_s": self.step_time_s,
+            "checkpoint": self.checkpoint,
+            "compile": self.fusion.to_dict() if self.fusion else None,
+            "host": self.host.to_dict() if self.host else None,
             "throughput": self.throughput,
             "mfu": self.mfu,
             "phases": self.phases,
@@ -226,6 +253,8 @@ def _row(event, tensors, found: Costed, timing: Timing, dtype: str, supported: b
     notes = [loss.describe() for loss in timing.losses if loss.kind in _NOTED]
     if found.remarks:
         notes += found.remarks
+    if timing.note:
+        notes.append(timing.note)
     return OpRow(
         module=event.module,
         op=event.op,
@@ -249,19 +278,29 @@ def _row(event, tensors, found: Costed, timing: Timing, dtype: str, supported: b
 
 
 def analyze_trace(
-    trace: Trace, spec: HardwareSpec, model_name: str = "model", optimizer: str = "adamw"
+    trace: Trace,
+    spec: HardwareSpec,
+    model_name: str = "model",
+    optimizer: str = "adamw",
+    *,
+    checkpoint: str = "none",
+    compiled: bool = False,
+    cuda_graphs: bool = False,
 ) -> Analysis:
-    ctx = CostContext(trace.precision)
-    priced = []
-    unsupported: Counter = Counter()
-    for event in trace.events:
-        found = costed(event, ctx)
-        if found is None:
-            unsupported[event.op] += 1
-            found = fallback(event)
-        priced.append((event, found))
+    """Every event of the trace costed and timed on `spec`, run the way the
+    user runs it: `checkpoint` adds the forward work backward recomputes
+    (phase "recompute"), `compiled` fuses element-wise chains as
+    torch.compile does (`compiling.fuse`), and the host that issues the
+    kernels sets the step's time (`host.issue_timeline`; `cuda_graphs`
+    replays the step in one launch)."""
+    priced, unsupported = _costed(trace, checkpoint)
+    fusion = None
+    if compiled:
+        priced, fusion = fuse(priced, trace)
     if trace.training and optimizer:
-        priced.append(optimizer_cost(trace, optimizer))
+        if uses_loss_scaling(trace):
+            priced.append(grad_scaler_cost(trace))
+        priced.append(optimizer_cost(trace, optimizer, spec))
     timer = GemmTimer(spec)
     timer.prepare([g for _, found in priced for g in found.cost.gemms])
     rows = []
@@ -269,7 +308,11 @@ def analyze_trace(
         tensors = event.tensors()
         dtype = _dtype_of(tensors, event, found.cost)
         timing = time(found.cost, spec, dtype, timer)
-        rows.append(_row(event, tensors, found, timing, dtype, event.op not in unsupported))
+        row = _row(event, tensors, found, timing, dtype, event.op not in unsupported)
+        if event.info:
+            row.host_ops = event.info.get("host_ops", 1)
+            row.host_sync = event.info.get("host_sync", False)
+        rows.append(row)
     batch, tokens = _batch_and_tokens(trace)
     return Analysis(
         model=model_name,
@@ -284,7 +327,33 @@ def analyze_trace(
         spec=spec,
         optimizer=optimizer,
         view_ops=trace.free_ops,  # the tracer counts the ops that move no data
+        checkpoint=checkpoint if trace.training else "none",
+        compiled=compiled,
+        cuda_graphs=cuda_graphs,
+        host=issue_timeline(rows, spec, cuda_graphs=cuda_graphs, compiled=compiled),
+        fusion=fusion,
     )
+
+
+def _costed(trace: Trace, checkpoint: str) -> tuple[list[tuple], Counter]:
+    """Each event (with the recomputed forward, when checkpointing) and its cost;
+    events no handler knows are counted and priced by `fallback`."""
+    events = trace.events
+    if trace.training and checkpoint != "none":
+        # training_memory reads analyses: imported here, not at the top
+        from .training_memory.checkpointing import with_recompute
+
+        events = with_recompute(trace, checkpoint)
+    ctx = CostContext(trace.precision)
+    priced = []
+    unsupported: Counter = Counter()
+    for event in events:
+        found = costed(event, ctx)
+        if found is None:
+            unsupported[event.op] += 1
+            found = fallback(event)
+        priced.append((event, found))
+    return priced, unsupported
 
 
 def _batch_and_tokens(trace: Trace) -> tuple[int, int]:

@@ -29,6 +29,10 @@ def analyze(
     optimizer: str = "adamw",
     progress: Callable[[int], None] | None = None,
     session: Session | None = None,
+    attention: str = "auto",
+    checkpoint: str = "none",
+    compile: bool = False,
+    cuda_graphs: bool = False,
 ) -> Analysis:
     """Predict every op of one training (or inference) step of `model` on `gpu`.
 
@@ -38,6 +42,9 @@ def analyze(
     or meta), shapes as text ("8x3x224x224"), or None for a named model's
     default inputs. Nothing is allocated and the model is not changed: it
     runs on fake tensors. A `session` shared between calls traces once.
+    The way the step runs: `attention` ("auto", "flash", "efficient",
+    "cudnn", "math", "eager"), `checkpoint` ("none", "full", "selective",
+    "every:K"), `compile` (torch.compile) and `cuda_graphs`.
     """
     run = resolve(
         model,
@@ -48,6 +55,10 @@ def analyze(
         optimizer=optimizer,
         batch=batch,
         seq_len=seq_len,
+        attention=attention,
+        checkpoint=checkpoint,
+        compile=compile,
+        cuda_graphs=cuda_graphs,
     )
     return (session or Session()).analysis(run, progress)
 
@@ -64,13 +75,17 @@ def memory(
     batch: int | None = None,
     seq_len: int | None = None,
     session: Session | None = None,
+    attention: str = "auto",
+    compile: bool = False,
+    cuda_graphs: bool = False,
 ):
     """Memory of one training step per GPU: weights, gradients, optimizer
     states, saved activations (by module), transients, overhead, and the peak.
 
-    `checkpoint` is none, blocks, every:K or sqrt (over the model's repeated
-    blocks); `accumulate` splits the batch into that many micro-batches; `fit`
-    also finds the largest batch (and sequence length) that fits the GPU:
+    `checkpoint` is none, full, selective or every:K (over the model's
+    repeated blocks); `attention`, `compile` and `cuda_graphs` as for
+    `analyze`; `accumulate` splits the batch into that many micro-batches;
+    `fit` also finds the largest batch (and sequence length) that fits the GPU:
     `max_batch` is 0 when not even one sample fits (None without `fit`).
     """
     from .training_memory import memory_report
@@ -83,8 +98,12 @@ def memory(
         optimizer=optimizer,
         batch=batch,
         seq_len=seq_len,
+        attention=attention,
+        checkpoint=checkpoint,
+        compile=compile,
+        cuda_graphs=cuda_graphs,
     )
-    return memory_report(run, session or Session(), checkpoint, accumulate, fit)
+    return memory_report(run, session or Session(), run.checkpoint, accumulate, fit)
 
 
 def plan(
@@ -101,15 +120,41 @@ def plan(
     seq_len: int | None = None,
     measured_interconnect: dict | None = None,
     session: Session | None = None,
+    dp: int | None = None,
+    tp: int | None = None,
+    pp: int | None = None,
+    sharding: str | None = None,
+    attention: str = "auto",
+    checkpoint: str | None = None,
+    compile: bool = False,
+    cuda_graphs: bool = False,
+    cp: int | None = None,
+    ep: int | None = None,
+    schedule: str | None = None,
+    sequence_parallel: bool | None = None,
 ):
-    """Rank data/tensor/pipeline/ZeRO plans of `model` on `gpus` GPUs: memory
-    per GPU, collectives, step time and throughput; fitting plans first."""
-    from .parallel import plan_report
+    """Price and rank parallel plans of `model` on `gpus` GPUs: memory per GPU,
+    compute, collectives (bytes, time, exposed time), step time, throughput
+    and MFU. Only plans that fit are ranked (fastest first); when none fits,
+    the nearest are shown with what would make each fit.
+
+    Any dimension given is fixed, the others searched: `dp`, `tp`, `pp`, `cp`
+    (context parallelism), `ep` (expert parallelism, MoE models), `sharding`
+    (none, zero1, zero2, fsdp = ZeRO-3, hsdp = sharded within a node),
+    `schedule` (gpipe, 1f1b, interleaved:V), `sequence_parallel`, and
+    `checkpoint` (none, full, selective, every:K; None searches none,
+    selective and full). The micro-batch is traced, not searched: given, or
+    the inputs' batch (1 for a named model's default inputs)."""
+    from .parallel import Fixed, plan_report
 
     if gpus < 1 or gpus_per_node < 1:
         raise DlperfError("--gpus and --gpus-per-node must be positive")
     if node_network_bytes_per_s is not None and not 0 < node_network_bytes_per_s < math.inf:
         raise DlperfError("the inter-node network bandwidth must be a positive number")
+    for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)):
+        if value is not None and value < 1:
+            raise DlperfError(f"--{name} must be a positive whole number")
+    fixed = Fixed(dp, tp, pp, cp, ep, sharding, schedule, sequence_parallel)
     # The default inputs are traced at the micro-batch (1 unless given).
     default_batch = (micro_batch or 1) if inputs is None else None
     run = resolve(
@@ -120,6 +165,10 @@ def plan(
         optimizer=optimizer,
         batch=default_batch,
         seq_len=seq_len,
+        attention=attention,
+        checkpoint=checkpoint or "none",
+        compile=compile,
+        cuda_graphs=cuda_graphs,
     )
     return plan_report(
         run,
@@ -130,6 +179,8 @@ def plan(
         micro_batch or run.batch,
         node_network_bytes_per_s,
         measured_interconnect,
+        fixed=fixed,
+        checkpoint=checkpoint,
     )
 
 

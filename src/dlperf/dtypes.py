@@ -52,12 +52,17 @@ def bytes_per_element(dtype: str) -> int:
     return BYTES_PER_ELEMENT[check_dtype(dtype)]
 
 
-def accumulator_bytes(dtype: str) -> int:
-    """Bytes per element of a GEMM's output when it keeps the input dtype.
+# GEMM outputs that are not the operands' dtype: integer GEMMs usually write
+# int32; fp8 GEMMs accumulate in fp32 and write bf16 (torch._scaled_mm's
+# out_dtype in torchao's float8 training, and Transformer Engine's).
+_OUTPUT_BYTES = {"int8": 4, "fp8": 2}
 
-    Integer GEMMs usually write int32; the rest write their own dtype.
-    """
-    return 4 if check_dtype(dtype) == "int8" else bytes_per_element(dtype)
+
+def accumulator_bytes(dtype: str) -> int:
+    """Bytes per element of a GEMM's output on operands of `dtype` (their own
+    size, but for int8 and fp8)."""
+    name = check_dtype(dtype)
+    return _OUTPUT_BYTES.get(name, BYTES_PER_ELEMENT[name])
 
 
 def name_of(dtype: torch.dtype, default: str | None = None) -> str:
@@ -83,12 +88,17 @@ def torch_dtype(name: str) -> torch.dtype:
     )
 
 
+# Where a device lacks a dtype's math, the nearest it has, tried in order
+# (fp8 data without fp8 Tensor Cores would be upcast to bf16, then fp16).
+_NEAREST = {"bf16": ("fp16", "fp32"), "fp8": ("bf16", "fp16", "fp32")}
+
+
 def runnable_dtype(dtype: str, spec) -> str:
     """The math path a device runs `dtype` on: itself where the device has it,
     else the nearest it has (bf16 on a V100 runs fp16 math, else fp32)."""
     if dtype in spec.math:
         return dtype
-    for candidate in ("fp16" if dtype == "bf16" else "", "fp32"):
+    for candidate in _NEAREST.get(dtype, ("fp32",)):
         if candidate in spec.math:
             return candidate
     return next(iter(spec.math))

@@ -25,6 +25,8 @@ class Bound(_Named):
 class Phase(_Named):
     FORWARD = "forward"
     BACKWARD = "backward"
+    # Forward work that activation checkpointing runs again during backward.
+    RECOMPUTE = "recompute"
     OPTIMIZER = "optimizer"
 
 

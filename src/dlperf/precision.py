@@ -5,6 +5,13 @@
 - `amp-fp16` / `amp-bf16`: fp32 weights (master copy), autocast runs
   matmuls and convolutions in half precision and the rest as autocast decides.
 - `fp16` / `bf16`: weights and activations in half precision throughout.
+- `fp8`: float8 training as torchao's `convert_to_float8_training` and
+  Transformer Engine run it: the model runs as under `amp-bf16` (fp32 master
+  weights, autocast to bf16; attention, norms and everything else in bf16),
+  and the GEMMs of its linear layers run on fp8 Tensor Cores (e4m3 operands
+  forward, e5m2 gradients, fp32 accumulation, bf16 output) after casts that
+  find each tensor's scale (amax); see `ops/float8.py`. Needs Hopper, Ada or
+  Blackwell.
 - `auto` (the default of the command line): `amp-bf16` where the device has
   bf16 math, else `amp-fp16`, else `fp32`; see `resolve_for`.
 """
@@ -27,6 +34,8 @@ class Precision:
     tf32: bool
     # The math dtype the policy needs from the device (`resolve_for` checks it).
     math: str
+    # Linear layers' GEMMs run in fp8 (the cost handlers read it through CostContext).
+    fp8_linear: bool = False
 
     @property
     def is_mixed(self) -> bool:
@@ -66,6 +75,11 @@ POLICIES = {
         Precision("amp-bf16", torch.float32, torch.bfloat16, tf32=False, math="bf16"),
         Precision("fp16", torch.float16, None, tf32=False, math="fp16"),
         Precision("bf16", torch.bfloat16, None, tf32=False, math="bf16"),
+        # Memory as amp-bf16: fp32 masters, and 2 bytes per weight element beside
+        # them. torchao's dynamic scaling keeps no bf16 copy but casts the weight to
+        # fp8 each forward in two layouts (row- and column-major, 2 x 1 byte) saved
+        # for backward, so the bf16 copy's 2 bytes neither over- nor undercount it.
+        Precision("fp8", torch.float32, torch.bfloat16, tf32=False, math="fp8", fp8_linear=True),
     )
 }
 
@@ -100,5 +114,10 @@ def resolve_for(spec, name: str | Precision = AUTO) -> Precision:
     needed = policy.math
     if not spec.has_dtype(needed):
         fallback = resolve_for(spec, AUTO).name
+        if needed == "fp8":
+            raise DlperfError(
+                f"{spec.id} has no fp8 Tensor Cores (fp8 needs Hopper, Ada or Blackwell); "
+                f"use --precision {fallback} (or auto)"
+            )
         raise DlperfError(f"{spec.id} has no {needed} math; use --precision {fallback} (or auto)")
     return policy

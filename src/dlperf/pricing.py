@@ -6,7 +6,11 @@ model (`tiling`), each distinct shape once (`GemmTimer`); the rest as
 memory-bound kernels with the small-tensor plateau (`roofline`). The hints
 a handler leaves (NCHW data to transpose, an input to re-read unless it fits
 on chip) are resolved here, with the spec, into bytes and `Loss` records.
-The limiter is `roofline.limiter`, the one rule.
+A fused attention call is priced as the kernel the device's SDPA dispatcher
+picks (`attention_backends`): launch latency + max(FLOPs at the backend's
+fraction of peak over its waves, bytes at the attainable bandwidth); the
+math path as its GEMMs and L x S traffic. The limiter is `roofline.limiter`,
+the one rule.
 """
 
 from __future__ import annotations
@@ -17,14 +21,18 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .attention_backends import BLOCK_ROWS, choose_backend, fused_terms, math_cost
 from .dtypes import runnable_dtype
 from .hardware import HardwareSpec
 from .kinds import Bound
 from .losses import (
+    ONE_WAVE_NOTED_BELOW,
+    WAVES_NOTED_BELOW,
     LatencyLoss,
     LayoutLoss,
     Loss,
     RereadLoss,
+    WaveLoss,
     alignment_losses,
     alignment_verdicts,
     quantization_losses,
@@ -71,6 +79,8 @@ class Timing(NamedTuple):
     bytes: float
     losses: tuple[Loss, ...] = ()
     gemms: tuple[GemmRow, ...] = ()
+    # What pricing decided for the reader (which attention kernel runs, and why).
+    note: str = ""
 
 
 class GemmTimer:
@@ -238,6 +248,54 @@ def _gemms(cost: Cost, spec, timer, eager: bool, hints: list[Loss]) -> Timing:
     return Timing(seconds, math_s, memory_s, latency_s, bound, moved, tuple(losses), tuple(rows))
 
 
+def _fused_attention(shape, backend: str, spec: HardwareSpec, eager: bool) -> Timing:
+    """One fused attention kernel: its launch, then the longer of its math (over
+    its waves of thread blocks) and its memory traffic."""
+    terms = fused_terms(spec, shape, backend)
+    losses = []
+    few = terms.waves > 1 and terms.wave_efficiency < WAVES_NOTED_BELOW
+    if few or (terms.waves == 1 and terms.wave_efficiency < ONE_WAVE_NOTED_BELOW):
+        losses.append(
+            WaveLoss(
+                efficiency=terms.wave_efficiency,
+                tile=f"{BLOCK_ROWS}-row",
+                tiles=terms.blocks,
+                waves=terms.waves,
+            )
+        )
+    seconds = terms.latency_s + max(terms.math_s, terms.memory_s)
+    if eager and spec.kind == "cpu":
+        seconds += spec.efficiency.eager_call_overhead_s
+    bound = limiter(terms.math_s, terms.memory_s, terms.latency_s)
+    return Timing(
+        seconds, terms.math_s, terms.memory_s, terms.latency_s, bound, shape.bytes, tuple(losses)
+    )
+
+
+def _attention(cost: Cost, spec: HardwareSpec, timer: GemmTimer, eager: bool) -> Timing:
+    """Attention calls, each as the kernel the device's SDPA dispatcher picks;
+    the note says which and why."""
+    parts, notes = [], []
+    for shape in cost.attention:
+        backend, why = choose_backend(spec, shape, shape.requested)
+        notes.append(f"attention: {backend} ({why})")
+        if backend == "math":
+            parts.append(_gemms(math_cost(spec, shape), spec, timer, eager, []))
+        else:
+            parts.append(_fused_attention(shape, backend, spec, eager))
+    seconds, math_s, memory_s, latency_s, moved = (
+        sum(getattr(p, name) for p in parts)
+        for name in ("seconds", "math_s", "memory_s", "latency_s", "bytes")
+    )
+    bound = limiter(math_s, memory_s, latency_s)
+    losses = [loss for p in parts for loss in p.losses if not isinstance(loss, LatencyLoss)]
+    if bound is _LATENCY:
+        losses.append(_LATENCY_LOSS[False])
+    rows = tuple(row for p in parts for row in p.gemms)
+    note = "; ".join(dict.fromkeys(notes))
+    return Timing(seconds, math_s, memory_s, latency_s, bound, moved, tuple(losses), rows, note)
+
+
 def time(
     cost: Cost,
     spec: HardwareSpec,
@@ -254,6 +312,8 @@ def time(
     (`dlperf gemm`) has none. An op of one GEMM gets exactly that GEMM's verdict.
     """
     timer = timer or GemmTimer(spec)
+    if cost.attention:
+        return _attention(cost, spec, timer, eager)
     hints = _hints(cost, spec) if cost.layout_transpose_bytes or cost.reread_bytes else ()
     if cost.gemms:
         return _gemms(cost, spec, timer, eager, hints)

@@ -111,7 +111,10 @@ def resolve(
     get_optimizer(optimizer)
     if attention not in ATTENTION:
         raise DlperfError(f"unknown attention {attention!r}; choose from: {', '.join(ATTENTION)}")
-    loaded = resolve_model(model, inputs, batch, seq_len)
+    from .training_memory import parse_checkpoint
+
+    parse_checkpoint(checkpoint)  # a bad policy is refused before any tracing
+    loaded = resolve_model(model, inputs, batch, seq_len, attention)
     return Run(
         loaded, spec, policy, training, optimizer, attention, checkpoint, compile, cuda_graphs
     )
@@ -120,7 +123,7 @@ def resolve(
 # -- the model and its inputs --------------------------------------------------
 
 
-def resolve_model(model, inputs=None, batch=None, seq_len=None) -> LoadedModel:
+def resolve_model(model, inputs=None, batch=None, seq_len=None, attention="auto") -> LoadedModel:
     """The model and inputs of every verb that takes a model, resolved one way.
 
     `model` is a name (see models.py), an nn.Module, or a LoadedModel already
@@ -130,6 +133,7 @@ def resolve_model(model, inputs=None, batch=None, seq_len=None) -> LoadedModel:
     "4x128:int64", one or a list), or tensors (a tensor, tuple or dict).
     A token model (hf:) given one tensor of ids feeds it to every id input
     (input_ids, labels, decoder_input_ids); shapes without a dtype are ids.
+    `attention` "eager" builds a Hugging Face model with its own attention code.
     """
     shapes = _shape_texts(inputs)
     if inputs is not None and (batch or seq_len):
@@ -137,7 +141,7 @@ def resolve_model(model, inputs=None, batch=None, seq_len=None) -> LoadedModel:
             "--batch and --seq-len size the default inputs; with --input, give the sizes "
             "in the shape (like 8x3x224x224 or 8x512)"
         )
-    loaded = _loaded(model, batch, seq_len)
+    loaded = _loaded(model, batch, seq_len, attention)
     tokens = loaded.family == "sequence"
     if shapes is not None:
         if tokens and len(shapes) > 1:
@@ -165,11 +169,11 @@ def resolve_model(model, inputs=None, batch=None, seq_len=None) -> LoadedModel:
     return dataclasses.replace(loaded, inputs=inputs)
 
 
-def _loaded(model, batch, seq_len) -> LoadedModel:
+def _loaded(model, batch, seq_len, attention="auto") -> LoadedModel:
     if isinstance(model, LoadedModel):
         return model
     if isinstance(model, str):
-        return load_model(model, batch=batch, seq_len=seq_len)
+        return load_model(model, batch=batch, seq_len=seq_len, attention=attention)
     if isinstance(model, nn.Module):
         return LoadedModel(type(model).__name__, model, None, "module")
     raise DlperfError(
@@ -216,6 +220,11 @@ def _signature(inputs) -> tuple:
     return ("v", repr(inputs))
 
 
+def _autocast_device(run: Run) -> str:
+    """Whose autocast rules the run's trace follows: the CPU's for the CPU, else CUDA's."""
+    return "cpu" if run.spec.kind == "cpu" else "cuda"
+
+
 class Session:
     """Traces and analyses computed for runs, kept so that none is computed twice.
 
@@ -231,7 +240,14 @@ class Session:
         self._held: list = []
 
     def _trace_key(self, run: Run) -> tuple:
-        return (id(run.module), _signature(run.inputs), run.precision, run.training)
+        return (
+            id(run.module),
+            _signature(run.inputs),
+            run.precision,
+            run.training,
+            run.attention,
+            _autocast_device(run),
+        )
 
     def trace(self, run: Run, progress: Callable[[int], None] | None = None) -> Trace:
         key = self._trace_key(run)
@@ -243,20 +259,30 @@ class Session:
                 training=run.training,
                 precision=run.precision,
                 progress=progress,
+                attention=run.attention,
+                autocast_device=_autocast_device(run),
             )
         return self._traces[key]
 
     def _spliced(self, run: Run) -> Trace | None:
         """The trace of a fixed model from its base run's, when one is cached."""
         base = run.base
-        if base is None or (base.precision, base.training) != (run.precision, run.training):
+        same = (base.precision, base.training, base.attention) if base else None
+        if same != (run.precision, run.training, run.attention):
             return None
         recorded = self._traces.get(self._trace_key(base))
         if recorded is None or _signature(base.inputs) != _signature(run.inputs):
             return None
 
         def retrace(module, inputs):
-            return trace(module, inputs, training=run.training, precision=run.precision)
+            return trace(
+                module,
+                inputs,
+                training=run.training,
+                precision=run.precision,
+                attention=run.attention,
+                autocast_device=_autocast_device(run),
+            )
 
         return splice(recorded, base.module, run.module, retrace)
 
@@ -268,11 +294,18 @@ class Session:
     ) -> Analysis:
         """The run's analysis; `with_optimizer=False` leaves the optimizer step out."""
         optimizer = run.optimizer if run.training and with_optimizer else ""
-        key = (*self._trace_key(run), id(run.spec), optimizer)
+        how = (run.checkpoint, run.compile, run.cuda_graphs)
+        key = (*self._trace_key(run), id(run.spec), optimizer, how)
         if key not in self._analyses:
             self._held.append(run.spec)
             recorded = self.trace(run, progress)
             self._analyses[key] = analyze_trace(
-                recorded, run.spec, model_name=run.name, optimizer=optimizer
+                recorded,
+                run.spec,
+                model_name=run.name,
+                optimizer=optimizer,
+                checkpoint=run.checkpoint,
+                compiled=run.compile,
+                cuda_graphs=run.cuda_graphs,
             )
         return self._analyses[key]

@@ -81,6 +81,10 @@ def advise(
     batch=None,
     seq_len=None,
     session: Session | None = None,
+    attention: str = "auto",
+    checkpoint: str = "none",
+    compile: bool = False,
+    cuda_graphs: bool = False,
 ) -> Advice:
     ctx = _context(
         model,
@@ -92,6 +96,10 @@ def advise(
         optimizer=optimizer,
         batch=batch,
         seq_len=seq_len,
+        attention=attention,
+        checkpoint=checkpoint,
+        compile=compile,
+        cuda_graphs=cuda_graphs,
     )
     findings = run_rules(ctx, rules)
     known = load_rules()

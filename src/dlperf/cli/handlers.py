@@ -44,7 +44,6 @@ def cmd_memory(args: Namespace) -> None:
     with Spinner(f"tracing {args.model}", quiet=args.json):
         report = memory(
             **model_options(args, omit=("training",)),  # a training step by definition
-            checkpoint=args.checkpoint,
             accumulate=args.accumulate,
             fit=args.fit,
         )
@@ -65,8 +64,38 @@ def cmd_plan(args: Namespace) -> None:
             micro_batch=args.micro_batch or args.batch,  # plan traces one micro-batch
             node_network_bytes_per_s=network,
             measured_interconnect=measured,
+            dp=args.dp,
+            tp=args.tp,
+            pp=args.pp,
+            cp=args.cp,
+            ep=args.ep,
+            sharding=args.sharding,
+            schedule=args.schedule,
+            sequence_parallel=args.sequence_parallel,
         )
     show(report, text.plan_report, args.json, top=args.top)
+
+
+def cmd_serve(args: Namespace) -> None:
+    from ..serving import serve
+
+    with Spinner(f"tracing {args.model}", quiet=args.json):
+        report = serve(
+            args.model,
+            gpu=args.gpu,
+            precision=args.precision,
+            input_len=args.input_len,
+            output_len=args.output_len,
+            batch=args.batch,
+            tp=args.tp,
+            pp=args.pp,
+            kv_cache_dtype=args.kv_cache_dtype,
+            concurrency=args.concurrency,
+            cuda_graphs=args.cuda_graphs,
+            gpus_per_node=args.gpus_per_node,
+            attention=args.attention,
+        )
+    show(report, text.serve_report, args.json)
 
 
 def cmd_measure_comm(args: Namespace) -> None:
@@ -137,12 +166,29 @@ def cmd_sweep(args: Namespace) -> None:
     show({"written": written}, text.written, args.json)
 
 
+# How a run is executed on the GPU; measure runs the model as written.
+_RUN_WAYS = {
+    "--attention": lambda a: a.attention != "auto",
+    "--checkpoint": lambda a: a.checkpoint != "none",
+    "--compile": lambda a: a.compile,
+    "--cuda-graphs": lambda a: a.cuda_graphs,
+}
+_RUN_WAY_KEYS = ("attention", "checkpoint", "compile", "cuda_graphs")
+
+
 def cmd_measure(args: Namespace) -> None:
     from ..api import measure
 
+    changed = [flag for flag, on in _RUN_WAYS.items() if on(args)]
+    if changed:
+        raise DlperfError(
+            f"measure runs the model here as written (eager, no checkpointing): drop {changed[0]}"
+        )
     with Spinner(f"measuring {args.model}", quiet=args.json):
         report = measure(
-            **model_options(args, omit=("optimizer",)), device=args.device, steps=args.steps
+            **model_options(args, omit=("optimizer", *_RUN_WAY_KEYS)),
+            device=args.device,
+            steps=args.steps,
         )
     show(report, text.measure_report, args.json)
 

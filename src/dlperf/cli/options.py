@@ -11,6 +11,7 @@ from ..dtypes import DTYPES
 from ..errors import DlperfError
 from ..optimizer import OPTIMIZERS
 from ..precision import AUTO, POLICIES
+from ..run import ATTENTION
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,34 @@ MODEL_OPTIONS = (
         choices=list(OPTIMIZERS),
         help="optimizer the step is costed with",
     ),
+    option(
+        "--attention",
+        api="attention",
+        default="auto",
+        choices=list(ATTENTION),
+        help="attention kernel: auto picks what PyTorch's SDPA picks on the GPU; "
+        "eager runs the model's own attention code",
+    ),
+    option(
+        "--checkpoint",
+        api="checkpoint",
+        default="none",
+        metavar="POLICY",
+        help="activation checkpointing: none, full (every repeated block), selective "
+        "(the attention core), every:K (segments of K blocks)",
+    ),
+    option(
+        "--compile",
+        api="compile",
+        action="store_true",
+        help="price the step as torch.compile runs it (fused element-wise chains)",
+    ),
+    option(
+        "--cuda-graphs",
+        api="cuda_graphs",
+        action="store_true",
+        help="the step is captured in CUDA graphs: no per-op launch cost",
+    ),
     *JSON,
 )
 
@@ -169,11 +198,6 @@ GEMM = (
 )
 
 MEMORY = (
-    option(
-        "--checkpoint",
-        default="none",
-        help="gradient checkpointing of the repeated blocks: none, blocks, every:K, sqrt",
-    ),
     option(
         "--accumulate",
         type=positive_int,
@@ -204,7 +228,39 @@ PLAN = (
     option(
         "--node-network-gbps",
         type=positive_float,
-        help="inter-node bandwidth per node in Gb/s (default: 8 x 200)",
+        help="inter-node bandwidth per node in Gb/s (default: the GPU generation's DGX: "
+        "8 x 400 Hopper and Blackwell, 8 x 200 Ampere, 4 x 100 Volta)",
+    ),
+    option("--dp", type=positive_int, help="data-parallel degree (default: searched)"),
+    option("--tp", type=positive_int, help="tensor-parallel degree (default: searched)"),
+    option("--pp", type=positive_int, help="pipeline-parallel degree (default: searched)"),
+    option(
+        "--cp",
+        type=positive_int,
+        help="context-parallel degree: ring attention over the sequence (default: searched)",
+    ),
+    option(
+        "--ep",
+        type=positive_int,
+        help="expert-parallel degree, MoE models, out of the dp ranks (default: searched)",
+    ),
+    option(
+        "--sharding",
+        choices=["none", "zero1", "zero2", "fsdp", "hsdp"],
+        help="sharding over data parallelism: zero1 (optimizer states), zero2 (and "
+        "gradients), fsdp = ZeRO-3 (and weights), hsdp (fsdp within a node, replicas "
+        "across) (default: searched)",
+    ),
+    option(
+        "--schedule",
+        metavar="SCHEDULE",
+        help="pipeline schedule: gpipe, 1f1b or interleaved:V (default: searched)",
+    ),
+    option(
+        "--sequence-parallel",
+        action="store_true",
+        default=None,
+        help="Megatron sequence parallelism beside tp (default: searched)",
     ),
     top(12, "plans"),
     option(
@@ -242,5 +298,45 @@ MEASURE_COMM = (
     option("--sizes", help="comma-separated buffer sizes in bytes"),
     option("--repeats", type=positive_int, default=5, help="timed calls per size"),
     option("--out", help="write the fitted interconnect (JSON) for `dlperf plan`"),
+    *JSON,
+)
+
+SERVE = (
+    MODEL,
+    option("--gpu", default="a100", help=GPU_HELP),
+    option(
+        "--precision",
+        default="fp16",
+        choices=["fp16", "bf16", "fp8", "int8", "int8-weight", "int4-weight"],
+        help="weights and GEMMs: fp16/bf16, fp8 (Hopper+), int8 (W8A8), int8/int4 weight-only",
+    ),
+    option("--input-len", type=positive_int, default=128, help="prompt tokens per request"),
+    option("--output-len", type=positive_int, default=128, help="generated tokens per request"),
+    option("--batch", type=positive_int, default=1, help="requests served as one static batch"),
+    option("--tp", type=positive_int, default=1, help="tensor-parallel GPUs"),
+    option("--pp", type=positive_int, default=1, help="pipeline-parallel stages"),
+    option(
+        "--kv-cache-dtype",
+        choices=["fp16", "bf16", "fp8", "int8"],
+        help="KV cache storage (default: the precision's base dtype)",
+    ),
+    option(
+        "--concurrency",
+        type=positive_int,
+        help="also price in-flight batching with this many requests in flight",
+    ),
+    option(
+        "--cuda-graphs",
+        action="store_true",
+        help="each step is replayed from a CUDA graph: no per-kernel launch cost",
+    ),
+    option(
+        "--attention",
+        default="auto",
+        choices=list(ATTENTION),
+        help="attention kernel: auto as PyTorch's SDPA picks; math: batched GEMMs and a "
+        "softmax kernel (engines without fused attention)",
+    ),
+    option("--gpus-per-node", type=positive_int, default=8, help="GPUs per node"),
     *JSON,
 )

@@ -17,6 +17,7 @@ from .options import (
     MODEL,
     MODEL_OPTIONS,
     PLAN,
+    SERVE,
     SWEEP,
     TRACE,
     Option,
@@ -60,9 +61,16 @@ VERBS = (
     ),
     Verb(
         "plan",
-        "rank data/tensor/pipeline/ZeRO plans on many GPUs",
+        "price and rank parallel plans (dp/tp/pp/cp/ep, sharding, schedule) on many GPUs",
         do.cmd_plan,
         (*WITH_MODEL, *PLAN),
+        defaults={"checkpoint": None},  # not given: searched (none, selective, full)
+    ),
+    Verb(
+        "serve",
+        "LLM inference with a KV cache: TTFT, TPOT, tokens/s, memory, max batch",
+        do.cmd_serve,
+        SERVE,
     ),
     Verb(
         "advise",

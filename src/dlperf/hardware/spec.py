@@ -94,6 +94,21 @@ class Efficiency:
     # Bytes per SM a persistent kernel keeps on chip (the register file: 256 KiB per
     # SM from Maxwell on); a batch norm whose tensor fits in all SMs' share makes one pass.
     on_chip_bytes_per_sm: float
+    # Fraction of the device's peak math rate (its attention dtype, sustained clock)
+    # that a fused attention kernel's main loop reaches, per backend and phase.
+    # Not fitted: taken from the kernels' papers (FlashAttention-2, Dao 2023;
+    # FlashAttention-3, Shah et al. 2024), see `specs/_architectures.toml`.
+    attention_flash_forward_efficiency: float
+    attention_flash_backward_efficiency: float
+    attention_efficient_forward_efficiency: float
+    attention_efficient_backward_efficiency: float
+    attention_cudnn_forward_efficiency: float
+    attention_cudnn_backward_efficiency: float
+
+    def attention_efficiency(self, backend: str, phase: str) -> float:
+        """The fraction of peak of a fused attention `backend` ("flash",
+        "efficient", "cudnn") in `phase` ("forward", "backward")."""
+        return getattr(self, f"attention_{backend}_{phase}_efficiency")
 
     @classmethod
     def defaults(cls) -> Efficiency:

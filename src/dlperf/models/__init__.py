@@ -58,16 +58,24 @@ __all__ = [
 
 
 def load_model(
-    name: str, batch: int | None = None, seq_len: int | None = None, image_size: int | None = None
+    name: str,
+    batch: int | None = None,
+    seq_len: int | None = None,
+    image_size: int | None = None,
+    attention: str = "auto",
 ) -> LoadedModel:
-    """Resolve a model name (see the module docstring) with default inputs."""
+    """Resolve a model name (see the module docstring) with default inputs.
+
+    `attention` ("auto", "eager", or an SDPA backend) picks how a Hugging Face
+    model's attention is built (see `huggingface._attn_implementation`); other
+    models call what their code calls."""
     kind, sep, rest = name.partition(":")
     batch = batch or (DEFAULT_IMAGE_BATCH if kind in ("torchvision", "timm") else DEFAULT_BATCH)
     if re.search(r"\.py$", kind) or (sep and rest and kind.endswith(".py")):
         return user_file_model(kind, rest or "model")
     builders = {
         "torchvision": lambda: torchvision_model(rest, batch, image_size),
-        "hf": lambda: hf_model(rest, batch, seq_len),
+        "hf": lambda: hf_model(rest, batch, seq_len, attention),
         "timm": lambda: timm_model(rest, batch, image_size),
     }
     if kind in builders and rest:

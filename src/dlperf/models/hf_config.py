@@ -2,7 +2,8 @@
 
 `hf:NAME[:key=value,...]`: NAME is a preset (HF_PRESETS) or a registered
 model type with its default config; each key sets a key of the config class
-or a short size key (`layers, hidden, heads, kv_heads, mlp, vocab, positions`).
+or a short size key (`layers, hidden, heads, kv_heads, mlp, vocab, positions`,
+and for mixtures of experts `experts, top_k, expert_mlp`).
 """
 
 from __future__ import annotations
@@ -100,6 +101,22 @@ HF_PRESETS = {
             "vocab_size": 32000,
         },
     ),
+    # Mixtral-8x7B (Jiang et al. 2024, "Mixtral of Experts", table 1): 46.7B
+    # parameters, 8 experts of SwiGLU FFN size 14336, 2 per token.
+    "mixtral": (
+        "mixtral",
+        "causal-lm",
+        {
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "vocab_size": 32000,
+            "num_local_experts": 8,
+            "num_experts_per_tok": 2,
+        },
+    ),
 }
 # Short keys for the usual sizes: each sets every one of these config
 # attributes that the config class has (their names differ between models).
@@ -111,6 +128,10 @@ SIZE_KEYS = {
     "mlp": ("intermediate_size", "n_inner", "d_ff", "ffn_dim", "ffn_hidden_size"),
     "vocab": ("vocab_size",),
     "positions": ("max_position_embeddings", "n_positions", "max_seq_len"),
+    # mixture of experts: experts per layer, experts per token, each expert's FFN size
+    "experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+    "top_k": ("num_experts_per_tok",),
+    "expert_mlp": ("moe_intermediate_size",),
 }
 # Bookkeeping entries of every config's dict that describe no model.
 _NOT_KEYS = {"transformers_version", "architectures", "model_type"}

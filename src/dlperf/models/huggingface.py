@@ -102,7 +102,26 @@ def _config_and_head(spec: str, transformers, config_mapping):
     return config, head
 
 
-def hf_model(spec: str, batch: int, seq_len: int | None) -> LoadedModel:
+# The --attention choices that run through torch's SDPA (its backends).
+SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
+
+
+def _attn_implementation(auto, config, spec: str, attention: str) -> dict:
+    """The `attn_implementation` to build with: transformers' own default for
+    auto (SDPA where the model class has it, else its eager code), eager on
+    request; an SDPA backend asked of a class without SDPA is refused."""
+    if attention == "eager":
+        return {"attn_implementation": "eager"}
+    if attention not in SDPA_BACKENDS:
+        return {}
+    if not getattr(auto._model_mapping[type(config)], "_supports_sdpa", False):
+        name = spec.partition(":")[0]
+        raise DlperfError(f"hf:{name} has no SDPA attention in transformers; use --attention eager")
+    return {"attn_implementation": "sdpa"}
+
+
+def hf_model(spec: str, batch: int, seq_len: int | None, attention: str = "auto") -> LoadedModel:
+    """`hf:spec` built from its config with `attention` (see `_attn_implementation`)."""
     try:
         import transformers
         from transformers import CONFIG_MAPPING
@@ -111,7 +130,8 @@ def hf_model(spec: str, batch: int, seq_len: int | None) -> LoadedModel:
     transformers.logging.set_verbosity_error()  # no chatter about configs on our stdout
     config, head = _config_and_head(spec, transformers, CONFIG_MAPPING)
     auto = getattr(transformers, HEADS[head])
-    model = build_without_weights(auto.from_config, config)
+    implementation = _attn_implementation(auto, config, spec, attention)
+    model = build_without_weights(auto.from_config, config, **implementation)
     limit = _position_limit(config, model)
     loaded = LoadedModel(
         f"hf:{spec}",
@@ -121,7 +141,7 @@ def hf_model(spec: str, batch: int, seq_len: int | None) -> LoadedModel:
         head=head,
         encoder_decoder=bool(getattr(config, "is_encoder_decoder", False)),
         max_positions=limit,
-        build_real=functools.partial(auto.from_config, config),
+        build_real=functools.partial(auto.from_config, config, **implementation),
     )
     seq = seq_len or min(DEFAULT_SEQ_LEN, limit or DEFAULT_SEQ_LEN)
     loaded.inputs = loaded.token_inputs(torch.zeros(batch, seq, dtype=torch.int64, device="meta"))

@@ -35,7 +35,7 @@ from .registry import (
 CATEGORIES = tuple(c.value for c in Category if c is not Category.VIEW)
 
 # The family modules register their handlers as they are imported.
-from . import attention, conv, elementwise, matmul, movement, norm, pooling, rnn  # noqa: E402
+from . import attention, conv, elementwise, matmul, moe, movement, norm, pooling, rnn  # noqa: E402
 
 __all__ = [
     "CATEGORIES",
@@ -54,6 +54,7 @@ __all__ = [
     "fallback",
     "in_bytes",
     "matmul",
+    "moe",
     "movement",
     "noted",
     "norm",

@@ -45,6 +45,53 @@ class Gemm:
 
 
 @dataclass(frozen=True)
+class AttentionShape:
+    """One scaled-dot-product attention call, for the fused-kernel pricing:
+    q (batch, heads, q_len, head_dim), k (batch, kv_heads, kv_len, head_dim),
+    v (batch, kv_heads, kv_len, value_dim). Which backend runs it depends on
+    the device (`attention_backends.choose_backend`), hence a hint."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    q_len: int
+    kv_len: int
+    head_dim: int
+    value_dim: int
+    causal: bool
+    dtype: str  # the inputs' dtype ("bf16")
+    math_dtype: str  # what the policy runs their contractions in ("tf32" for fp32 under tf32)
+    mask: str  # "" (none), "bool" or "float": an explicit attention mask
+    dropout: float
+    phase: str  # "forward" or "backward"
+    requested: str  # "auto", "flash", "efficient" or "cudnn"
+    needs_grad: bool = True  # a backward will follow (the forward of a training step)
+    # Bytes the fused kernel moves: q, k, v, the output and its log-sum-exp (their
+    # gradients backward) and the mask; no L x S matrix.
+    bytes: float = 0.0
+    # The backend an aten op names itself (a trace of a real run): priced as that
+    # kernel where the device runs it, else as `requested`.
+    named: str = ""
+
+    @property
+    def forward_flops(self) -> float:
+        """Q K^T and P V: 2 * lq * lk * (d + dv) per head; half the score
+        blocks under a causal mask (the FlashAttention-2 paper's count)."""
+        flops = 2.0 * self.batch * self.heads * self.q_len * self.kv_len
+        flops *= self.head_dim + self.value_dim
+        return flops / 2 if self.causal else flops
+
+    @property
+    def flops(self) -> float:
+        """Forward as above; backward 5 GEMMs: Q K^T again (recomputed), dP = dO V^T,
+        dV = P^T dO, dQ = dS K, dK = dS^T Q, i.e. 2.5x forward when d = dv."""
+        if self.phase == "forward":
+            return self.forward_flops
+        share = (3 * self.head_dim + 2 * self.value_dim) / (self.head_dim + self.value_dim)
+        return self.forward_flops * share
+
+
+@dataclass(frozen=True)
 class Cost:
     """Numbers only; costs add up (`a + b`, `sum(costs)`)."""
 
@@ -62,6 +109,8 @@ class Cost:
     layout_transpose_bytes: float = 0.0
     reread_bytes: float = 0.0
     working_set_bytes: float = 0.0
+    # Fused attention calls: their backend (and so their time) depends on the device.
+    attention: tuple[AttentionShape, ...] = ()
 
     @property
     def bytes(self) -> float:

@@ -1,7 +1,8 @@
 """Matrix products: mm, addmm, bmm, baddbmm and matrix-vector forms.
 
 `linear`, `matmul` and `einsum` reach the dispatcher already decomposed into
-these (plus views), so they need no handler of their own.
+these (plus views), so they need no handler of their own. Under `--precision
+fp8` a linear layer's mm and addmm run in fp8 with their casts (`float8`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import torch
 
 from ..kinds import Category
 from ..tracing import OpEvent, TensorMeta
-from .cost import Cost, CostContext
+from . import float8
+from .cost import Cost, CostContext, Costed
 from .factories import contraction, in_bytes, make_gemm, out_bytes
 from .registry import register
 
@@ -23,17 +25,21 @@ def _product(ctx: CostContext, e: OpEvent, a: TensorMeta, m, n, k, batch, read) 
 
 
 @register(aten.mm, **_MATMUL)
-def mm(e: OpEvent, ctx: CostContext) -> Cost:
+def mm(e: OpEvent, ctx: CostContext) -> Cost | Costed:
+    if float8.runs_fp8(e, ctx):
+        return float8.linear_gemm(e)
     a, b = e.args[0], e.args[1]
     (m, k), n = a.shape, b.shape[1]
     return _product(ctx, e, a, m, n, k, 1, a.nbytes + b.nbytes)
 
 
 @register(aten.addmm, **_MATMUL)
-def addmm(e: OpEvent, ctx: CostContext) -> Cost:
+def addmm(e: OpEvent, ctx: CostContext) -> Cost | Costed:
     bias, a, b = e.args[0], e.args[1], e.args[2]
-    (m, k), n = a.shape, b.shape[1]
     # The bias is added in the GEMM's epilogue: read once, no extra pass.
+    if float8.runs_fp8(e, ctx):
+        return float8.linear_gemm(e, bias_bytes=bias.nbytes)
+    (m, k), n = a.shape, b.shape[1]
     return _product(ctx, e, a, m, n, k, 1, a.nbytes + b.nbytes + bias.nbytes)
 
 

@@ -90,7 +90,7 @@ def rnn_gemms(
 
     for layer in range(info["num_layers"]):
         size_in = info["input_size"] if layer == 0 else out_size * directions
-        if phase == "forward":
+        if phase != "backward":  # forward, or its recompute under checkpointing
             recurrent(gates * hidden, batch, out_size, "recurrent forward")
             add(gates * hidden, batch * seq, size_in, 1, "layer-to-layer forward")
         else:

@@ -1,37 +1,48 @@
-"""Parallelism plans for N GPUs: data parallel (DDP), ZeRO-1/2/3 (ZeRO-3 is
-FSDP's full sharding), Megatron tensor parallel, pipeline parallel, and their
-combinations.
+"""Parallelism plans for N GPUs: data parallel (DDP), ZeRO-1/2, FSDP (ZeRO-3)
+and hybrid sharding (HSDP), Megatron tensor parallelism with or without
+sequence parallelism, context parallelism (ring attention), expert
+parallelism (mixture of experts), pipeline parallelism under the GPipe,
+1F1B and interleaved schedules, and activation checkpointing.
 
-Every plan is priced from one trace of the model at the micro-batch size:
-memory per GPU (states, activations, overhead), compute per GPU, and each
-collective by the ring model (all-reduce moves 2(n-1)/n of the bytes through
-every GPU's link, all-gather and reduce-scatter (n-1)/n), with what can
-overlap with compute. Plans that fit are ranked by predicted throughput.
+Every plan is priced from one trace of the model at the micro-batch size
+(`profile.py`): memory per GPU as real runs hold it (`memory.py`), compute
+per pipeline stage (`compute.py`), each collective by the ring model
+(`network.py`: all-reduce moves 2(n-1)/n of the bytes through every GPU's
+link, all-gather, reduce-scatter and all-to-all (n-1)/n) with what overlaps
+with compute (`comm.py`), and the pipeline's bubble (`schedule.py`). A step
+is m micro-batches through the slowest stage plus the bubble, each stage
+slot with the collectives on its critical path, then what the data-parallel
+gradients and weights expose once per step, then the optimizer on the
+GPU's share of the states.
 
 Conventions and simplifications, stated once:
-- Ranks are placed tensor-parallel innermost (within a node), then data
-  parallel, then pipeline stages across nodes (Megatron's order).
-- Tensor parallelism splits the repeated blocks' weights and compute by t; of
-  a transformer block's activations, 24 of Korthikanti et al.'s 34 s b h
-  terms (and all of the attention scores) are split, 10 replicated. It costs
-  two all-reduces of the block's output in forward and two in backward.
-- Pipeline parallelism splits the blocks evenly over p stages; with m
-  micro-batches the bubble takes (p - 1) / m of the ideal time, and the
-  first stage keeps p micro-batches of activations in flight (1F1B).
-- ZeRO follows the paper's mixed-precision accounting, (2 + 2 + K) bytes per
-  parameter with K = 12 for Adam (fp32 master weights and two moments):
-  stage 1 shards K, stage 2 also the gradients, stage 3 also the weights.
-  Plain data parallelism keeps PyTorch AMP's states (see training_memory).
-- Gradient all-reduce overlaps with backward (bucketed); ZeRO-3's weight
-  all-gathers overlap with forward and backward (prefetch). What does not fit
-  in the compute time is exposed.
+- Ranks are placed tensor-parallel innermost (within a node), then context,
+  data and pipeline parallel (Megatron-LM's order); experts are split over
+  ep of the data-parallel ranks. A group's link follows from its place
+  (`network.py`).
+- Tensor parallelism splits what the data flow of the trace says it splits
+  (`tensor_parallel.py`): the linear layers, attention and everything
+  between a column- and a row-parallel layer; sequence parallelism splits
+  the rest. For a GPT layer this is Korthikanti et al. 2022's accounting.
+- Everything is per micro-batch on the GPU that needs the most: the first
+  pipeline stage (embeddings, the most micro-batches in flight) or the last
+  (head and loss).
+- Collectives in the math dtype (bf16/fp16 under AMP) except DDP's
+  gradients, which are all-reduced in the weights' dtype (fp32 under AMP).
+- GEMMs keep the traced efficiency when split; communication does not slow
+  compute down; the host's waits scale with the GPU's time.
 
-Where things are: network.py, the links and the ring model (defaults in
-hardware/specs/_interconnect.toml); pricing.py, one plan's memory, compute
-and collectives (a new strategy is a layout and its collectives there);
-report.py, one run's profile and ranked plans.
+Where things are: layout.py (a plan's dimensions), schedule.py, network.py,
+tensor_parallel.py, profile.py, memory.py, compute.py, comm.py, pricing.py
+(one plan), search.py (the layouts the fixed dimensions leave), fitting.py
+(what would make a plan fit), report.py (one run's ranked plans). A new
+strategy is a layout dimension (layout.py, search.py), its memory and its
+collectives.
 """
 
+from .comm import DDP_BUCKET_BYTES, Collective
+from .layout import SHARDINGS, Layout
+from .memory import MemoryPerGpu, memory_per_gpu, zero_state_bytes
 from .network import (
     DEFAULT_NODE_NETWORK_BYTES_PER_S,
     RING_STEP_LATENCY_S,
@@ -39,35 +50,36 @@ from .network import (
     interconnect_for,
     ring_time_s,
 )
-from .pricing import (
-    OVERLAP_SHARE,
-    TP_SPLIT_SHARE,
-    Collective,
-    ModelProfile,
-    Plan,
-    divisors,
-    plans,
-    price,
-    zero_state_bytes,
-)
-from .report import PlanReport, plan_report, profile
+from .pricing import Plan, divisors, price, ranked
+from .profile import ModelProfile, profile
+from .report import PlanReport, plan_report
+from .schedule import SCHEDULE_HELP, Schedule, parse_schedule
+from .search import Fixed, layouts
 
 __all__ = [
+    "DDP_BUCKET_BYTES",
     "DEFAULT_NODE_NETWORK_BYTES_PER_S",
-    "OVERLAP_SHARE",
     "RING_STEP_LATENCY_S",
-    "TP_SPLIT_SHARE",
+    "SCHEDULE_HELP",
+    "SHARDINGS",
     "Collective",
+    "Fixed",
     "Interconnect",
+    "Layout",
+    "MemoryPerGpu",
     "ModelProfile",
     "Plan",
     "PlanReport",
+    "Schedule",
     "divisors",
     "interconnect_for",
+    "layouts",
+    "memory_per_gpu",
+    "parse_schedule",
     "plan_report",
-    "plans",
     "price",
     "profile",
+    "ranked",
     "ring_time_s",
     "zero_state_bytes",
 ]

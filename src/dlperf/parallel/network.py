@@ -1,8 +1,22 @@
 """The links between GPUs and the ring model of collectives.
 
 All-reduce moves 2(n-1)/n of the buffer through every GPU's link,
-all-gather and reduce-scatter (n-1)/n, plus one latency per ring step. The
-defaults where nothing is known are data: `hardware/specs/_interconnect.toml`.
+all-gather and reduce-scatter (n-1)/n, plus one latency per ring step; an
+all-to-all sends (n-1)/n of each GPU's buffer to its peers; a pipeline send
+is one hop. The defaults where nothing is known are data:
+`hardware/specs/_interconnect.toml` (the node's network per GPU generation)
+and `_nccl.toml` (the bus bandwidth NCCL's own model allows a ring on
+NVLink).
+
+Which link a group of GPUs uses follows from where its ranks sit: ranks are
+numbered tensor-parallel innermost, then context, data and pipeline
+parallel (Megatron-LM's order), so a group whose members are `stride` ranks
+apart spans `size x stride` consecutive ranks. Within a node a ring runs on
+NVLink (else PCIe). Across nodes NCCL runs one ring per NIC: a group with k
+members in each node has k of the node's NICs to itself, so its bus
+bandwidth is k/gpus_per_node of the node's network, at most the GPU's link
+(one member per node, as a data-parallel group beside tensor parallelism of
+8: one NIC each).
 """
 
 from __future__ import annotations
@@ -16,17 +30,56 @@ from ..hardware.spec import SPECS_DIR, tomllib
 INTERCONNECT_FILE = SPECS_DIR / "_interconnect.toml"
 with open(INTERCONNECT_FILE, "rb") as _f:
     _DEFAULTS = tomllib.load(_f)
+with open(SPECS_DIR / "_nccl.toml", "rb") as _f:
+    _NCCL_BUS_CAP = tomllib.load(_f).get("bus_cap_bytes_per_s", {})
 RING_STEP_LATENCY_S: float = _DEFAULTS["ring_step_latency_s"]
 DEFAULT_NODE_NETWORK_BYTES_PER_S: float = _DEFAULTS["node_network_bytes_per_s"]
 FALLBACK_LINK_BYTES_PER_S: float = _DEFAULTS["fallback_link_bytes_per_s"]
+NODE_NETWORK_BY_ARCHITECTURE: dict[str, float] = _DEFAULTS.get(
+    "node_network_bytes_per_s_by_architecture", {}
+)
 
 
 @dataclass(frozen=True)
 class Interconnect:
     intra_node_bytes_per_s: float  # per GPU, one direction
-    inter_node_bytes_per_s: float  # per GPU, one direction
+    inter_node_bytes_per_s: float  # per GPU (its share of the node's network), one direction
     latency_s: float = RING_STEP_LATENCY_S
     gpus_per_node: int = 8
+    # The node's whole network (all its NICs); 0: the GPUs' shares times their number.
+    node_network_bytes_per_s: float = 0.0
+    # The most bus bandwidth NCCL's model gives a ring within a node (None: the link's).
+    ring_bus_cap_bytes_per_s: float | None = None
+
+    @property
+    def node_network(self) -> float:
+        return self.node_network_bytes_per_s or self.inter_node_bytes_per_s * self.gpus_per_node
+
+    @property
+    def intra_ring_bytes_per_s(self) -> float:
+        cap = self.ring_bus_cap_bytes_per_s
+        return min(self.intra_node_bytes_per_s, cap) if cap else self.intra_node_bytes_per_s
+
+    def within_node(self, size: int, stride: int = 1) -> bool:
+        """Whether a group of `size` ranks, `stride` apart, lies in one node."""
+        return size * stride <= self.gpus_per_node
+
+    def ring_bytes_per_s(self, size: int, stride: int = 1) -> float:
+        """Bus bandwidth of a ring over a group of `size` ranks `stride` apart."""
+        if self.within_node(size, stride):
+            return self.intra_ring_bytes_per_s
+        members_per_node = max(1, min(size, self.gpus_per_node // max(stride, 1)))
+        share = self.node_network * members_per_node / self.gpus_per_node
+        return min(self.intra_ring_bytes_per_s, share)
+
+    def point_to_point_bytes_per_s(self, across_nodes: bool) -> float:
+        """One GPU sending to one other: its link, or its own NIC across nodes."""
+        return self.inter_node_bytes_per_s if across_nodes else self.intra_node_bytes_per_s
+
+
+def default_node_network_bytes_per_s(spec: HardwareSpec) -> float:
+    """The node network of the GPU generation's reference system (spec data)."""
+    return NODE_NETWORK_BY_ARCHITECTURE.get(spec.architecture, DEFAULT_NODE_NETWORK_BYTES_PER_S)
 
 
 def interconnect_for(
@@ -38,9 +91,11 @@ def interconnect_for(
         or spec.pcie_bandwidth_bytes_per_s
         or FALLBACK_LINK_BYTES_PER_S
     )
-    network = node_network_bytes_per_s or DEFAULT_NODE_NETWORK_BYTES_PER_S
+    network = node_network_bytes_per_s or default_node_network_bytes_per_s(spec)
     inter = min(intra, network / gpus_per_node)
-    return Interconnect(intra, inter, RING_STEP_LATENCY_S, gpus_per_node)
+    # NCCL's tuning model caps an sm80 ring's bus bandwidth (nccl src/graph/tuning.cc)
+    cap = _NCCL_BUS_CAP.get(spec.architecture) if spec.nvlink_bandwidth_bytes_per_s else None
+    return Interconnect(intra, inter, RING_STEP_LATENCY_S, gpus_per_node, network, cap)
 
 
 def ring_time_s(
@@ -56,6 +111,11 @@ def ring_time_s(
     share = (ranks - 1) / ranks
     if collective == "all_reduce":
         return 2 * share * nbytes / bandwidth + 2 * (ranks - 1) * latency
-    if collective in ("all_gather", "reduce_scatter"):
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
         return share * nbytes / bandwidth + (ranks - 1) * latency
     raise DlperfError(f"unknown collective {collective!r}")
+
+
+def send_time_s(nbytes: float, bandwidth: float, latency: float = RING_STEP_LATENCY_S) -> float:
+    """One point-to-point send of `nbytes` (a pipeline stage's activations)."""
+    return nbytes / bandwidth + latency if nbytes > 0 else 0.0

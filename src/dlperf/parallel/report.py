@@ -1,66 +1,26 @@
 """One run's plans (`dlperf plan`): the model profiled from one traced step
-at the micro-batch size, every plan priced, fitting ones first."""
+at the micro-batch size (one analysis per checkpointing policy searched),
+every layout the fixed dimensions leave open priced, and the plans ranked:
+only those that fit, fastest first; then, nearest to fitting first, those
+that do not, each with what would make it fit. Each layout (dp, tp, pp, cp,
+ep, sharding) is shown once, with its best schedule, sequence parallelism
+and checkpointing."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import dataclasses
+from dataclasses import dataclass, field, replace
 
-from ..errors import DlperfError
-from ..models.inputs import resize_inputs
-from ..run import first_tensor
-from ..tracing import within
-from ..training_memory import transient_bytes
+from ..training_memory import parse_checkpoint
+from .fitting import remedies
 from .network import interconnect_for
-from .pricing import ModelProfile, Plan, plans
+from .pricing import Plan, price, ranked
+from .profile import ModelProfile, profile
+from .search import Fixed, layouts
 
-
-def _phase_times(rows, in_block) -> tuple[dict[str, float], dict[str, float]]:
-    """Predicted time per phase inside the repeated blocks, and outside them."""
-    block_time = {"forward": 0.0, "backward": 0.0}
-    other_time = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
-    for row in rows:
-        target = block_time if in_block(row.module) and row.phase in block_time else other_time
-        target[row.phase] += row.time_s
-    return block_time, other_time
-
-
-def profile(run, session, micro_batch: int) -> ModelProfile:
-    """One traced step of `run` at the micro-batch size, summarised for the planner."""
-    step = run.with_inputs(resize_inputs(run.inputs, batch=micro_batch))
-    recorded = session.trace(step)
-    blocks = recorded.blocks
-
-    def in_block(path: str) -> bool:
-        return any(within(path, b) for b in blocks)
-
-    block_time, other_time = _phase_times(session.analysis(step).rows, in_block)
-    block_acts = sum(
-        t.nbytes for t in recorded.saved if t.kind == "activation" and in_block(t.module)
-    )
-    sizes = dict(run.module.named_modules())
-    block_params = sum(sum(p.numel() for p in sizes[b].parameters()) for b in blocks)
-    n = max(len(blocks), 1)
-    tokens = int(first_tensor(step.inputs).shape[1]) if step.token_inputs else 0
-    return ModelProfile(
-        name=run.name,
-        params=recorded.params,
-        block_params=block_params,
-        blocks=len(blocks),
-        block_activations_bytes=block_acts / n,
-        other_activations_bytes=recorded.activation_bytes - block_acts,
-        block_output_bytes=max((recorded.module_inputs.get(b, 0) for b in blocks), default=0),
-        block_forward_s=block_time["forward"] / n,
-        block_backward_s=block_time["backward"] / n,
-        other_forward_s=other_time["forward"],
-        other_backward_s=other_time["backward"],
-        optimizer_s=other_time["optimizer"],
-        transient_bytes=transient_bytes(recorded),
-        micro_batch=micro_batch,
-        tokens_per_sample=tokens,
-        precision=run.precision,
-        optimizer=run.optimizer,
-        param_shapes=recorded.param_shapes,
-    )
+SEARCHED_CHECKPOINTS = ("none", "selective", "full")
+# Plans that do not fit shown with their remedies (the nearest ones).
+REMEDIED_PLANS = 12
 
 
 @dataclass
@@ -74,15 +34,70 @@ class PlanReport:
     precision: str
     params: int
     plans: list[Plan]
+    memory_bytes: float = 0.0  # one GPU's capacity
+    searched: int = 0  # plans priced (every schedule, SP and checkpointing variant)
+    note: str | None = None  # one line when no plan fits
+    fixed: dict = field(default_factory=dict)
 
     @property
     def best(self) -> Plan:
         return self.plans[0]
 
+    @property
+    def fitting(self) -> int:
+        return sum(p.fits for p in self.plans)
+
     def to_dict(self) -> dict:
         out = {k: v for k, v in self.__dict__.items() if k != "plans"}
+        out["fitting"] = self.fitting
         out["plans"] = [p.to_dict() for p in self.plans]
         return out
+
+
+def _policies(checkpoint: str | None, model: ModelProfile) -> list[str]:
+    if checkpoint is not None:
+        parse_checkpoint(checkpoint)
+        return [checkpoint]
+    if not model.blocks:
+        return ["none"]
+    return [p for p in SEARCHED_CHECKPOINTS if p != "selective" or model.block_core_bytes]
+
+
+def _best_per_layout(plans: list[Plan]) -> list[Plan]:
+    """One plan per (dp, tp, pp, cp, ep, sharding): the first in rank order."""
+    seen, kept = set(), []
+    for p in plans:
+        key = (p.dp, p.tp, p.pp, p.cp, p.ep, p.sharding)
+        if key not in seen:
+            seen.add(key)
+            kept.append(p)
+    return kept
+
+
+def _network(run, gpus, gpus_per_node, node_network_bytes_per_s, measured):
+    net = interconnect_for(run.spec, min(gpus_per_node, gpus), node_network_bytes_per_s)
+    if measured:  # measured by `dlperf measure-comm`: one link for all groups
+        bandwidth = measured["bandwidth_bytes_per_s"]
+        net = replace(
+            net,
+            intra_node_bytes_per_s=bandwidth,
+            inter_node_bytes_per_s=bandwidth,
+            node_network_bytes_per_s=bandwidth * net.gpus_per_node,
+            ring_bus_cap_bytes_per_s=None,
+            latency_s=measured.get("latency_s", net.latency_s),
+        )
+    return net
+
+
+def _no_fit_note(shown: list[Plan], capacity: float, gpu: str, forced: bool) -> str:
+    nearest = shown[0]
+    need = nearest.memory_per_gpu_bytes
+    over = (need - capacity) / 2**30
+    head = f"{nearest.name} does not fit" if forced else "no plan fits"
+    return (
+        f"{head}: the nearest needs {need / 2**30:.1f} GiB per GPU, {over:.1f} GiB more than "
+        f"the {capacity / 2**30:.1f} GiB of the {gpu}"
+    )
 
 
 def plan_report(
@@ -94,25 +109,30 @@ def plan_report(
     micro_batch: int,
     node_network_bytes_per_s: float | None = None,
     measured_interconnect: dict | None = None,
+    fixed: Fixed | dict | None = None,
+    checkpoint: str | None = None,
 ) -> PlanReport:
-    """Every plan of `run` on `gpus` GPUs, priced and ranked (see `dlperf.plan`)."""
+    """Every plan of `run` on `gpus` GPUs, priced and ranked (see `dlperf.plan`);
+    `checkpoint` None searches none, selective and full."""
+    fixed = fixed if isinstance(fixed, Fixed) else Fixed(**(fixed or {}))
     batch = global_batch or 4 * gpus * micro_batch
-    model = profile(run, session, micro_batch)
-    net = interconnect_for(run.spec, min(gpus_per_node, gpus), node_network_bytes_per_s)
-    if measured_interconnect:  # measured by `dlperf measure-comm`: one link for all groups
-        bandwidth = measured_interconnect["bandwidth_bytes_per_s"]
-        net = replace(
-            net,
-            intra_node_bytes_per_s=bandwidth,
-            inter_node_bytes_per_s=bandwidth,
-            latency_s=measured_interconnect.get("latency_s", net.latency_s),
-        )
-    ranked = plans(model, run.spec, net, gpus, batch)
-    if not ranked:
-        raise DlperfError(
-            f"no plan divides global batch {batch} into micro-batches of {micro_batch} over "
-            f"{gpus} GPUs; pick --global-batch as a multiple of gpus x micro-batch"
-        )
+    first = profile(dataclasses.replace(run, checkpoint=checkpoint or "none"), session, micro_batch)
+    profiles = [
+        first if policy == first.checkpoint else
+        profile(dataclasses.replace(run, checkpoint=policy), session, micro_batch)
+        for policy in _policies(checkpoint, first)
+    ]  # fmt: skip
+    net = _network(run, gpus, gpus_per_node, node_network_bytes_per_s, measured_interconnect)
+    found = layouts(first, gpus, net.gpus_per_node, batch, fixed, first.tokens_per_sample)
+    priced = [price(p, run.spec, net, at) for p in profiles for at in found]
+    shown = _best_per_layout(ranked(priced))
+    note = None
+    if not shown[0].fits:
+        by_policy = {p.checkpoint: p for p in profiles}
+        for plan in shown[:REMEDIED_PLANS]:
+            plan.to_fit = remedies(by_policy[plan.checkpoint], run.spec, plan.layout)
+        forced = len(fixed.given) >= 4 or len(shown) == 1
+        note = _no_fit_note(shown, run.spec.memory_bytes, run.spec.id, forced)
     return PlanReport(
         model=run.name,
         gpu=run.spec.id,
@@ -121,6 +141,10 @@ def plan_report(
         global_batch=batch,
         micro_batch=micro_batch,
         precision=run.precision.name,
-        params=model.params,
-        plans=ranked,
+        params=first.params,
+        plans=shown,
+        memory_bytes=float(run.spec.memory_bytes),
+        searched=len(priced),
+        note=note,
+        fixed={**fixed.given, **({"checkpoint": checkpoint} if checkpoint else {})},
     )

@@ -17,6 +17,7 @@ from .charts import (  # noqa: F401  (CATEGORY_COLORS, module_pattern, op_groups
     scatter_svg,
 )
 from .modules import module_tree
+from .terminal.analysis import run_lines
 
 MAX_ROWS = 200  # rows per table
 
@@ -99,11 +100,13 @@ def _summary(analysis, memory) -> str:
         ["precision", analysis.precision],
         ["step", "training" if analysis.training else "inference"],
         ["parameters", f"{analysis.params / 1e6:,.1f} M"],
-        ["predicted step time", _ms(analysis.time_s)],
+        ["predicted step time", _ms(analysis.step_time_s)],
         ["throughput", rate],
         ["model FLOPs utilization", f"{analysis.mfu:.1%}"],
         ["FLOPs / bytes", f"{totals['flops']:.3e} / {totals['bytes']:.3e}"],
     ]
+    # how the step runs: host waits, checkpointing, compile, the attention kernel
+    rows += [["as run", line] for line in run_lines(analysis)]
     if memory is not None:
         text = html.escape(
             f"{memory.peak_bytes / 2**30:.2f} GiB of {memory.capacity_bytes / 2**30:.0f} GiB "

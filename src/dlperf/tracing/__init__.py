@@ -23,6 +23,8 @@ from torch.func import functional_call
 from ..errors import DlperfError
 from ..precision import Precision
 from ..precision import precision as get_precision
+from .attention import FUSED_REQUESTS, fused_attention
+from .autocast import CudaAutocastFloat32
 from .blocks import repeated_blocks
 from .events import LOSS_MODULE, PHASES, OpEvent, SavedTensor, TensorMeta, Trace, within
 from .failures import quiet_torch_logs, raise_explained
@@ -54,17 +56,30 @@ def trace(
     training: bool = True,
     precision: str | Precision = "fp32",
     progress: Callable[[int], None] | None = None,
+    attention: str = "auto",
+    autocast_device: str = "cuda",
 ) -> Trace:
-    """Run `model(inputs)` (and backward when training) on fake tensors."""
+    """Run `model(inputs)` (and backward when training) on fake tensors.
+
+    `attention` says how `scaled_dot_product_attention` runs: auto, flash,
+    efficient or cudnn as one fused kernel (`dlperf.attention` events, the
+    backend chosen when priced), math as its decomposition in the inputs'
+    dtype, eager as the model's own code calls it (`tracing.attention`).
+    `autocast_device` is whose autocast lists a mixed-precision policy follows:
+    "cuda" (the GPU's: softmax, norms, exp ... in float32, `tracing.autocast`)
+    or "cpu" (the fake tensors' own, for predictions of this machine)."""
     policy = get_precision(precision)
     if not isinstance(model, nn.Module):
         raise DlperfError(f"expected an nn.Module, got {type(model).__name__}")
+    if attention not in (*FUSED_REQUESTS, "math", "eager"):
+        choices = ", ".join((*FUSED_REQUESTS, "math", "eager"))
+        raise DlperfError(f"unknown attention {attention!r}; choose from: {choices}")
     module_types = {name: type(mod).__name__ for name, mod in model.named_modules()}
     call = fake_call(model, inputs, policy, training)
     recorder = Recorder(progress, module_types)
     recorder.know_params(call.state)
     hooks = ModuleHooks(model, recorder, training)
-    _run(model, call, hooks, policy, training)
+    _run(model, call, hooks, policy, training, attention, autocast_device)
     return Trace(
         events=recorder.events,
         precision=policy,
@@ -84,7 +99,13 @@ def trace(
 
 
 def _run(
-    model: nn.Module, call: FakeCall, hooks: ModuleHooks, policy: Precision, training: bool
+    model: nn.Module,
+    call: FakeCall,
+    hooks: ModuleHooks,
+    policy: Precision,
+    training: bool,
+    attention: str = "auto",
+    autocast_device: str = "cuda",
 ) -> None:
     """Forward, the loss and (when training) backward, under the recorder.
 
@@ -92,16 +113,21 @@ def _run(
     user's model error or as dlperf's own bug (`failures`)."""
     recorder = hooks.recorder
     was_training = model.training
-    autocast = (
-        torch.autocast("cpu", dtype=policy.autocast_dtype)
-        if policy.autocast_dtype
-        else contextlib.nullcontext()
+    autocast = contextlib.ExitStack()
+    if policy.autocast_dtype:
+        autocast.enter_context(torch.autocast("cpu", dtype=policy.autocast_dtype))
+        if autocast_device == "cuda":
+            autocast.enter_context(CudaAutocastFloat32())
+    sdpa = (
+        contextlib.nullcontext()
+        if attention == "eager"
+        else fused_attention(attention, policy.autocast_dtype)
     )
     try:
         model.train(training)
         with hooks.installed(), call.mode, recorder, quiet_torch_logs():
             saving = torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t)
-            with autocast, torch.set_grad_enabled(training), saving:
+            with autocast, torch.set_grad_enabled(training), saving, sdpa:
                 out = functional_call(model, call.state, call.args, call.kwargs)
                 loss = _loss_of(out) if training else None
             if training:

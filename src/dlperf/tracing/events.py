@@ -23,10 +23,15 @@ class TensorMeta:
     shape: tuple[int, ...]
     dtype: torch.dtype
     stride: tuple[int, ...]
+    # Where the tensor starts in its storage, in elements: tells apart two views
+    # of one storage with the same shape (the halves of a chunk). Not part of
+    # equality: two metas describe the same kind of tensor wherever it starts.
+    offset: int = field(default=0, compare=False)
 
     @classmethod
     def of(cls, t: torch.Tensor) -> TensorMeta:
-        return cls(tuple(int(s) for s in t.shape), t.dtype, tuple(int(s) for s in t.stride()))
+        shape = tuple(int(s) for s in t.shape)
+        return cls(shape, t.dtype, tuple(int(s) for s in t.stride()), int(t.storage_offset()))
 
     @property
     def numel(self) -> int:
@@ -81,6 +86,11 @@ class OpEvent:
     phase: str
     module_type: str = ""
     info: dict = field(default_factory=dict)  # module-level events carry their config
+    # The storages the call read and wrote, as small ints unique within a trace
+    # (views share their storage's id): `reads` line up with `tensors()`,
+    # `writes` with `outputs`. Empty for events not recorded from aten calls.
+    reads: tuple[int, ...] = ()
+    writes: tuple[int, ...] = ()
 
     @property
     def packet(self) -> str:
@@ -106,6 +116,7 @@ class SavedTensor:
     module: str
     nbytes: int
     kind: str  # "activation", or "weight copy" (a parameter cast by autocast)
+    storage: int = -1  # the storage's id in the trace's events (`OpEvent.reads`)
 
 
 @dataclass
@@ -130,6 +141,11 @@ class Trace:
     @property
     def activation_bytes(self) -> int:
         return sum(t.nbytes for t in self.saved if t.kind == "activation")
+
+    @property
+    def saved_ids(self) -> frozenset[int]:
+        """The storage ids autograd keeps for backward (parameters excluded)."""
+        return frozenset(t.storage for t in self.saved if t.storage >= 0)
 
 
 def meta(x):

@@ -3,7 +3,8 @@
 They keep the recorder's stack of running modules (forward ops are
 attributed to the innermost), note each module's input size, feed the
 autograd labeller (backward ops are attributed through it) and hand
-recurrent layers to the recorder.
+recurrent layers to the recorder. While installed, mixture-of-experts layers
+run as one op each (`moe`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from torch import nn
 
 from .events import TensorMeta
 from .labels import CallLabeller
+from .moe import routed_experts
 from .recorder import Recorder
 
 
 class ModuleHooks:
     def __init__(self, model: nn.Module, recorder: Recorder, training: bool):
+        self.model = model
         self.paths = {id(mod): name for name, mod in model.named_modules()}
         self.recorder = recorder
         self.labeller = CallLabeller() if training else None
@@ -56,13 +59,15 @@ class ModuleHooks:
 
     @contextlib.contextmanager
     def installed(self):
-        """The hooks, registered for every module while the block runs."""
+        """The hooks, registered for every module while the block runs (and
+        the model's MoE layers run as `dlperf::moe`)."""
         handles = [
             nn.modules.module.register_module_forward_pre_hook(self.pre),
             nn.modules.module.register_module_forward_hook(self.post),
         ]
         try:
-            yield self
+            with routed_experts(self.model):
+                yield self
         finally:
             for h in handles:
                 h.remove()

@@ -3,7 +3,9 @@
 It sits below autograd, so forward, loss and backward calls all pass through
 it with their shapes, dtypes and strides. Ops that move no data are counted,
 not recorded (`views.is_free`). It also notes, per storage, the tensors
-autograd saves for backward (the activation memory). Recurrent layers are
+autograd saves for backward (the activation memory). Each storage gets a
+small id, in order of first use (views share their storage's): events record
+the ids they read and write, saved tensors theirs. Recurrent layers are
 recorded at the module level (one `dlperf.rnn.*` event per layer call and
 phase) and the fused ops they run are suppressed, whatever the backend.
 """
@@ -51,6 +53,10 @@ class Recorder(TorchDispatchMode):
         self.weight_copies: set = set()
         self.masks: dict = {}  # storage key -> elements, for dropout masks
         self.saved: dict = {}  # storage key -> SavedTensor
+        # storage address -> small int, in order of first use; the weak references
+        # keep each storage's record, so no later storage can take its address
+        self.storage_ids: dict[int, int] = {}
+        self._pinned: list = []
         self.failure: Exception | None = None  # the first error while recording
 
     def know_params(self, params: dict[str, torch.Tensor]) -> None:
@@ -66,8 +72,35 @@ class Recorder(TorchDispatchMode):
             kind = "weight copy" if key in self.weight_copies else "activation"
             path = self.stack[-1] if self.stack else LOSS_MODULE
             nbytes = self.masks.get(key, t.untyped_storage().nbytes())
-            self.saved[key] = SavedTensor(path, nbytes, kind)
+            self.saved[key] = SavedTensor(path, nbytes, kind, self.storage_id(t))
         return t
+
+    def storage_id(self, t: torch.Tensor) -> int:
+        """The small int that names `t`'s storage in this trace."""
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            # no storage of its own (a sparse tensor, a wrapper subclass): a new id
+            fresh = len(self.storage_ids)
+            self.storage_ids[-1 - fresh] = fresh  # addresses are positive: no clash
+            return fresh
+        found = self.storage_ids.get(storage._cdata)
+        if found is None:
+            found = self.storage_ids[storage._cdata] = len(self.storage_ids)
+            self._pinned.append(_storage_key(t))
+        return found
+
+    def storage_ids_of(self, values, depth: int = 1) -> tuple[int, ...]:
+        """The storage ids of the tensors among `values` (and `depth` levels of
+        list or tuple in them), in the order `tensors()` and `flat_outputs` list
+        their metas."""
+        ids = []
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                ids.append(self.storage_id(v))
+            elif depth and isinstance(v, (list, tuple)):
+                ids += [self.storage_id(t) for t in v if isinstance(t, torch.Tensor)]
+        return tuple(ids)
 
     def module_path(self) -> str:
         if self.phase == "forward":
@@ -112,6 +145,8 @@ class Recorder(TorchDispatchMode):
                 module=path,
                 phase=self.phase,
                 module_type=self.module_types.get(path, ""),
+                reads=self.storage_ids_of((*args, *kwargs.values())),
+                writes=self.storage_ids_of(out if isinstance(out, (list, tuple)) else (out,), 0),
             )
         )
         if self.progress and len(self.events) % 500 == 0:

@@ -11,7 +11,10 @@ suppressed recurrent-layer internals stay the base's). Anything else (a
 module called twice or with other than tensors, one that stays tied to
 another's weights, a container changed) is traced whole. A fix that unties
 a weight (a padded head beside the embedding it shared) drops the backward
-addition that summed the tied weight's two gradients.
+addition that summed the tied weight's two gradients. A re-traced module's
+storage ids are shifted past the base's, so none collides; its inputs and
+outputs get ids of their own (the splice does not link them to the ops
+around it).
 """
 
 from __future__ import annotations
@@ -123,10 +126,34 @@ def _under(path: str, prefix: str) -> str:
     return prefix if not path else f"{prefix}.{path}"
 
 
+def _storage_count(trace: Trace) -> int:
+    """One more than the largest storage id in a trace (0 when it has none)."""
+    ids = [i for e in trace.events for i in (*e.reads, *e.writes)]
+    ids += [t.storage for t in trace.saved]
+    return max(ids, default=-1) + 1
+
+
+def _shifted(event: OpEvent, module: str, shift: int) -> OpEvent:
+    """A re-traced module's event as one of the whole model: its path inside the
+    model, its storage ids past the base's (the storages it shares with the rest
+    of the model, its inputs and outputs, get new ids: the splice cannot match them)."""
+    return dataclasses.replace(
+        event,
+        module=module,
+        reads=tuple(i + shift for i in event.reads),
+        writes=tuple(i + shift for i in event.writes),
+    )
+
+
 def _spliced(base: Trace, new: nn.Module, pieces: dict[str, Trace]) -> Trace:
     def replaced(path: str) -> bool:
         return any(within(path, p) for p in pieces)
 
+    # A piece's storage ids start from 0 like the base's: shift each past all before it
+    first_id, shifts = _storage_count(base), {}
+    for owner, piece in pieces.items():
+        shifts[owner] = first_id
+        first_id += _storage_count(piece)
     events: list[OpEvent] = []
     placed: set = set()
     for event in base.events:
@@ -137,7 +164,7 @@ def _spliced(base: Trace, new: nn.Module, pieces: dict[str, Trace]) -> Trace:
         if (owner, event.phase) not in placed:  # the new module's ops where the old ones ran
             placed.add((owner, event.phase))
             events += [
-                dataclasses.replace(e, module=_under(e.module, owner))
+                _shifted(e, _under(e.module, owner), shifts[owner])
                 for e in pieces[owner].events
                 if e.phase == event.phase and e.module != LOSS_MODULE
             ]
@@ -146,7 +173,7 @@ def _spliced(base: Trace, new: nn.Module, pieces: dict[str, Trace]) -> Trace:
     module_calls = {k: v for k, v in base.module_calls.items() if not replaced(k) or k in pieces}
     for owner, piece in pieces.items():
         saved += [
-            SavedTensor(_under(t.module, owner), t.nbytes, t.kind)
+            SavedTensor(_under(t.module, owner), t.nbytes, t.kind, t.storage + shifts[owner])
             for t in piece.saved
             if t.module != LOSS_MODULE
         ]

@@ -8,14 +8,29 @@ when they were saved. Autocast's weight copies are counted with the weights
 (the 2 B of mixed precision's 6 B), not twice.
 
 The peak is the largest of the end of forward, the backward pass and the
-optimizer step (step.py); checkpointing keeps only each segment's input
-(checkpointing.py); report.py makes `dlperf memory`'s report of one run,
-with the checkpointing what-ifs and the largest batch and sequence that fit.
+optimizer step (step.py). Checkpointing (checkpointing.py: none, full,
+every:K, selective) keeps only each segment's input, or drops what the
+attention cores create; the same regions give the recompute events that
+backward runs (`with_recompute`), priced in time like any other event.
+report.py makes `dlperf memory`'s report of one run, with the checkpointing
+what-ifs and the largest batch and sequence that fit.
 """
 
 from ..models.inputs import resize_inputs
 from ..optimizer import OPTIMIZERS, state_bytes
-from .checkpointing import CHECKPOINT_HELP, CheckpointPlan, checkpoint_plan, parse_checkpoint
+from .checkpointing import (
+    CHECKPOINT_HELP,
+    CheckpointPlan,
+    Region,
+    attention_cores,
+    checkpoint_plan,
+    core_saved_bytes,
+    parse_checkpoint,
+    recompute_events,
+    regions,
+    segments,
+    with_recompute,
+)
 from .report import (
     CHECKPOINT_WHAT_IFS,
     CheckpointOption,
@@ -23,6 +38,7 @@ from .report import (
     block_times,
     largest,
     memory_report,
+    recompute_price,
 )
 from .step import (
     ALLOCATOR_SLACK,
@@ -48,19 +64,27 @@ __all__ = [
     "CheckpointPlan",
     "FrameworkMemory",
     "MemoryReport",
+    "Region",
     "StepMemory",
+    "attention_cores",
     "block_times",
     "by_module",
     "checkpoint_plan",
+    "core_saved_bytes",
     "framework_memory",
     "largest",
     "memory_report",
     "optimizer_bytes",
     "overhead_bytes",
     "parse_checkpoint",
+    "recompute_events",
+    "recompute_price",
+    "regions",
     "resize_inputs",
+    "segments",
     "state_bytes",
     "state_bytes_per_param",
     "step_memory",
     "transient_bytes",
+    "with_recompute",
 ]

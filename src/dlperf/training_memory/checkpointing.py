@@ -1,15 +1,65 @@
-"""Activation checkpointing over the model's repeated blocks: what it keeps,
-and what backward recomputes."""
+"""Activation checkpointing: the forward work backward runs again, and the
+saved tensors the step keeps. One code path for time and memory: the regions
+found here give both the recompute events (`with_recompute`, priced like any
+other event) and the activations kept (`checkpoint_plan`).
+
+Policies (`--checkpoint`):
+- none: autograd keeps every saved tensor.
+- full (alias `blocks`): every repeated block (transformer layer, ResNet
+  bottleneck; `tracing.blocks`) is checkpointed, as `torch.utils.checkpoint`
+  around each layer and Megatron-LM's full recompute do: forward keeps only
+  the block's input, backward runs the block's forward again just before the
+  block's own backward. Same as every:1.
+- every:K: segments of K consecutive blocks, each keeping only its first
+  input; `sqrt` is every:ceil(sqrt(blocks)) (Chen et al. 2016).
+- selective: only the attention core is recomputed (Korthikanti et al. 2022,
+  "Reducing Activation Recomputation in Large Transformer Models", section
+  4.2): Q K^T, the softmax, its dropout and the attention over V, whose saved
+  tensors grow with the square of the sequence. Its inputs q, k, v stay saved.
+
+The attention core, per forward event (`attention_cores`):
+- a fused attention event (dlperf's own `dlperf.attention` op, or an aten
+  `_scaled_dot_product_*` / `_flash_attention_forward` /
+  `_efficient_attention_forward` op) is a core by itself: recomputing it
+  drops the saved output and log-sum-exp; q, k, v stay;
+- explicit (eager or math) attention: a batched matmul (bmm, baddbmm), a
+  softmax run by the same module or one inside it, then the next batched
+  matmul of that module; the core is every event between the two matmuls
+  (both included) run by that module or a module inside it (scaling, mask,
+  softmax, dropout, dtype casts). Those are the ops Korthikanti et al.
+  recompute.
+
+The recompute of a region is inserted just before the first backward event
+attributed to it (for a core: to one of the modules its events ran in; for
+a segment: to a module inside its blocks; backward events are attributed
+through autograd nodes, `tracing.labels`), where backward really runs it.
+Recomputed dropout draws its mask again: the same op, so the same cost.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import DlperfError
-from ..tracing import Trace, within
+from ..kinds import Phase
+from ..tracing import OpEvent, Trace, within
 
-CHECKPOINT_HELP = "none, blocks, every:K or sqrt"
+CHECKPOINT_HELP = "none, full, selective or every:K (blocks = full, sqrt = every:sqrt(blocks))"
+
+# Fused attention kernels, forward (their backward ops run in the backward phase).
+FUSED_ATTENTION = (
+    "dlperf.attention",
+    "aten._scaled_dot_product_",
+    "aten._flash_attention_forward",
+    "aten._efficient_attention_forward",
+)
+BATCHED_MATMULS = frozenset({"aten.bmm", "aten.baddbmm"})
+SOFTMAXES = frozenset({"aten._softmax", "aten._safe_softmax", "aten.softmax"})
+_BACKWARD = Phase.BACKWARD.value
+_FORWARD = Phase.FORWARD.value
 
 
 @dataclass(frozen=True)
@@ -22,15 +72,173 @@ class CheckpointPlan:
     segments: int
 
 
+@dataclass(frozen=True)
+class Region:
+    """Forward work backward runs again: the indices of its forward events in
+    `trace.events`, and the index of the backward event it runs before (None
+    when no backward reaches it: nothing is recomputed)."""
+
+    forward: tuple[int, ...]
+    before: int | None
+
+
 def parse_checkpoint(text: str) -> tuple[str, int]:
-    """'every:4' -> ('every', 4); none, blocks and sqrt take no K."""
-    text = (text or "none").lower()
-    if text in ("none", "blocks", "sqrt"):
+    """The policy as (kind, K): 'every:4' -> ('every', 4), 'blocks' -> ('full', 1);
+    none, full, selective and sqrt take no K (1)."""
+    text = (text or "none").strip().lower()
+    if text in ("none", "full", "selective", "sqrt"):
         return text, 1
+    if text == "blocks":
+        return "full", 1
     kind, _, k = text.partition(":")
     if kind == "every" and k.isdigit() and int(k) >= 1:
         return "every", int(k)
     raise DlperfError(f"unknown checkpoint policy {text!r}; use {CHECKPOINT_HELP}")
+
+
+def segments(trace: Trace, policy: str) -> list[list[str]]:
+    """The checkpointed segments of repeated blocks (none for none or selective)."""
+    kind, k = parse_checkpoint(policy)
+    blocks = trace.blocks
+    if kind in ("none", "selective") or not blocks:
+        return []
+    if kind == "sqrt":
+        k = max(1, math.ceil(math.sqrt(len(blocks))))
+    return [blocks[i : i + k] for i in range(0, len(blocks), k)]
+
+
+def _policy_name(trace: Trace, policy: str) -> str:
+    kind, k = parse_checkpoint(policy)
+    if kind in ("none", "selective"):
+        return kind
+    if not trace.blocks:
+        return f"{kind} (no repeated blocks)"
+    return f"every:{k}" if kind == "every" else kind
+
+
+def _is_fused_attention(e: OpEvent) -> bool:
+    return e.op.startswith(FUSED_ATTENTION) and not e.op.endswith(("_backward", "backward.default"))
+
+
+def attention_cores(trace: Trace) -> list[tuple[int, ...]]:
+    """The forward events of each attention core, as indices (module docstring)."""
+    cores: list[tuple[int, ...]] = []
+    opened: dict[str, tuple[int, bool]] = {}  # module -> (its first matmul, softmax seen)
+    events = trace.events
+    for i, e in enumerate(events):
+        if e.phase != _FORWARD:
+            continue
+        if _is_fused_attention(e):
+            cores.append((i,))
+        elif e.packet in SOFTMAXES:
+            for module, (start, _) in opened.items():
+                if within(e.module, module):
+                    opened[module] = (start, True)
+        elif e.packet in BATCHED_MATMULS:
+            start, softmax_seen = opened.pop(e.module, (i, False))
+            if not softmax_seen:
+                opened[e.module] = (i, False)
+                continue
+            cores.append(
+                tuple(
+                    j
+                    for j in range(start, i + 1)
+                    if events[j].phase == _FORWARD and within(events[j].module, e.module)
+                )
+            )
+    return cores
+
+
+def _first_backward(trace: Trace) -> dict[str, int]:
+    """The index of each module's first backward event."""
+    first: dict[str, int] = {}
+    for i, e in enumerate(trace.events):
+        if e.phase == _BACKWARD and e.module not in first:
+            first[e.module] = i
+    return first
+
+
+def regions(trace: Trace, policy: str) -> list[Region]:
+    """The regions `policy` recomputes, in the order of their forward events."""
+    kind, _ = parse_checkpoint(policy)
+    if not trace.training or kind == "none":
+        return []
+    first = _first_backward(trace)
+    if kind == "selective":
+        found = []
+        for core in attention_cores(trace):
+            modules = {trace.events[i].module for i in core}
+            starts = [first[m] for m in modules if m in first]
+            found.append(Region(core, min(starts) if starts else None))
+        return found
+    found = segments(trace, policy)
+    owner = _segment_of(found)
+    forward: list[list[int]] = [[] for _ in found]
+    for i, e in enumerate(trace.events):
+        n = owner(e.module) if e.phase == _FORWARD else None
+        if n is not None:
+            forward[n].append(i)
+    starts: list[int | None] = [None] * len(found)
+    for module, i in first.items():
+        n = owner(module)
+        if n is not None and (starts[n] is None or i < starts[n]):
+            starts[n] = i
+    return [Region(tuple(f), start) for f, start in zip(forward, starts, strict=True)]
+
+
+def _segment_of(found: list[list[str]]) -> Callable[[str], int | None]:
+    """The number of the segment a module path lies in (None: outside them all)."""
+    number = {block: n for n, segment in enumerate(found) for block in segment}
+    memo: dict[str, int | None] = {}
+
+    def owner(path: str) -> int | None:
+        if path not in memo:
+            memo[path] = next((n for b, n in number.items() if within(path, b)), None)
+        return memo[path]
+
+    return owner
+
+
+def _recomputed(trace: Trace, region: Region) -> list[OpEvent]:
+    return [
+        dataclasses.replace(trace.events[i], phase=Phase.RECOMPUTE.value) for i in region.forward
+    ]
+
+
+def recompute_events(trace: Trace, policy: str) -> list[OpEvent]:
+    """Copies of the forward events `policy` runs again in backward (phase
+    "recompute"), in the order backward runs them."""
+    return [e for _, e in _placed(trace, policy)]
+
+
+def _placed(trace: Trace, policy: str) -> list[tuple[int, OpEvent]]:
+    """Each recompute event with the index of the event it runs before."""
+    placed = []
+    for region in regions(trace, policy):
+        if region.before is not None:
+            placed += [(region.before, e) for e in _recomputed(trace, region)]
+    placed.sort(key=lambda pair: pair[0])  # stable: a region's events keep their order
+    return placed
+
+
+def with_recompute(trace: Trace, policy: str) -> list[OpEvent]:
+    """The trace's events with each recomputed region's forward events (copies,
+    phase "recompute") inserted just before the first backward event of that
+    region: the step's timeline under `policy`."""
+    placed = _placed(trace, policy)
+    if not placed:
+        return list(trace.events)
+    out: list[OpEvent] = []
+    at = 0
+    for i, e in enumerate(trace.events):
+        while at < len(placed) and placed[at][0] == i:
+            out.append(placed[at][1])
+            at += 1
+        out.append(e)
+    return out
+
+
+# -- memory --------------------------------------------------------------------
 
 
 def _activations_per_block(trace: Trace) -> tuple[dict[str, int], int]:
@@ -48,33 +256,61 @@ def _activations_per_block(trace: Trace) -> tuple[dict[str, int], int]:
     return per_block, outside
 
 
-def checkpoint_plan(trace: Trace, policy: str, forward_time: dict[str, float]) -> CheckpointPlan:
-    """Activations when the repeated blocks are checkpointed in segments.
+def _created_by(trace: Trace) -> dict[int, int]:
+    """The index of the event that first wrote each storage (its creator)."""
+    creator: dict[int, int] = {}
+    for i, e in enumerate(trace.events):
+        for storage in e.writes:
+            creator.setdefault(storage, i)
+    return creator
+
+
+def core_saved_bytes(trace: Trace) -> list[int]:
+    """Per attention core (`attention_cores`), the saved activations it creates,
+    which recomputing it drops: the storages first written by its events
+    (softmax output, dropout mask and output; a fused kernel's output and
+    log-sum-exp). Its inputs q, k, v are created before it and stay saved.
+
+    The trace keeps one saver per storage: a tensor of the core that a later op
+    also saved for itself would stay, and the trace cannot tell. The ops after
+    attention copy its output when they merge the heads, so none is seen.
+    """
+    creator = _created_by(trace)
+    activations = [t for t in trace.saved if t.kind == "activation"]
+    out = []
+    for core in attention_cores(trace):
+        inside = set(core)
+        out.append(sum(t.nbytes for t in activations if creator.get(t.storage, -1) in inside))
+    return out
+
+
+def _selective_bytes(trace: Trace) -> int:
+    """Activations when each attention core is recomputed: all, less what the
+    cores create, plus one core's worth (backward brings one back at a time)."""
+    dropped = core_saved_bytes(trace)
+    return trace.activation_bytes - sum(dropped) + max(dropped, default=0)
+
+
+def checkpoint_plan(
+    trace: Trace, policy: str, price: Callable[[list[OpEvent]], float] | None = None
+) -> CheckpointPlan:
+    """Activations kept and recompute time under `policy`.
 
     A checkpointed segment keeps only its input; its own activations come back,
-    one segment at a time, when backward recomputes its forward.
+    one segment at a time, when backward recomputes its forward. The recompute
+    time is `price` of the events `with_recompute` inserts (the caller prices
+    them as the analysis does; None: not priced, 0).
     """
-    kind, k = parse_checkpoint(policy)
-    blocks = trace.blocks
-    if kind == "none" or not blocks:
-        return CheckpointPlan(
-            "none" if kind == "none" else f"{policy} (no repeated blocks)",
-            trace.activation_bytes,
-            0.0,
-            0,
-        )
+    kind, _ = parse_checkpoint(policy)
+    name = _policy_name(trace, policy)
+    recompute = recompute_events(trace, policy)
+    recompute_s = price(recompute) if price and recompute else 0.0
+    if kind == "selective":
+        return CheckpointPlan(name, int(_selective_bytes(trace)), recompute_s, 0)
+    found = segments(trace, policy) if trace.training else []  # inference saves nothing
+    if not found:
+        return CheckpointPlan(name, trace.activation_bytes, 0.0, 0)
     per_block, outside = _activations_per_block(trace)
-    if kind == "sqrt":
-        k = max(1, math.ceil(math.sqrt(len(blocks))))
-    elif kind == "blocks":
-        k = 1
-    segments = [blocks[i : i + k] for i in range(0, len(blocks), k)]
-    kept = sum(trace.module_inputs.get(seg[0], 0) for seg in segments)
-    largest = max(sum(per_block[b] for b in seg) for seg in segments)
-    recompute = sum(forward_time.get(b, 0.0) for b in blocks)
-    return CheckpointPlan(
-        f"{kind}" + (f":{k}" if kind == "every" else ""),
-        int(outside + kept + largest),
-        recompute,
-        len(segments),
-    )
+    kept = sum(trace.module_inputs.get(seg[0], 0) for seg in found)
+    largest = max(sum(per_block[b] for b in seg) for seg in found)
+    return CheckpointPlan(name, int(outside + kept + largest), recompute_s, len(found))

@@ -5,15 +5,17 @@ sequence that fit (`dlperf memory`)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..analysis import analyze_trace
 from ..errors import DlperfError
 from ..models.inputs import resize_inputs
-from ..tracing import within
+from ..tracing import OpEvent, Trace, within
 from .checkpointing import parse_checkpoint
 from .step import StepMemory, by_module, step_memory
 
-CHECKPOINT_WHAT_IFS = ("none", "blocks", "sqrt")
+CHECKPOINT_WHAT_IFS = ("none", "selective", "full", "sqrt")
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,18 @@ class MemoryReport(StepMemory):
         return {k: out[k] for k in run} | terms | peak | tail
 
 
+def recompute_price(trace: Trace, spec) -> Callable[[list[OpEvent]], float]:
+    """The seconds of recompute events on `spec`, priced row by row as the
+    analysis prices them (their phase changes nothing in an op's price), so
+    the memory report's recompute time is the analysis's recompute phase."""
+
+    def price(events: list[OpEvent]) -> float:
+        only = dataclasses.replace(trace, events=list(events), training=False)  # no optimizer row
+        return analyze_trace(only, spec).time_s
+
+    return price
+
+
 def block_times(analysis, blocks: list[str], phase: str) -> dict[str, float]:
     """Predicted time of each repeated block's ops in one phase."""
     times: dict[str, float] = {}
@@ -98,15 +112,14 @@ def memory_report(run, session, checkpoint: str = "none", accumulate: int = 1, f
     step = run if accumulate == 1 else run.with_inputs(resize_inputs(run.inputs, batch=micro))
     step = dataclasses.replace(step, training=True)
     recorded = session.trace(step)
-    # forward times only: the run's own analysis serves (its optimizer rows are skipped)
-    forward = block_times(session.analysis(step), recorded.blocks, "forward")
-    terms = step_memory(recorded, run.spec, run.optimizer, checkpoint, forward)
+    price = recompute_price(recorded, run.spec)
+    terms = step_memory(recorded, run.spec, run.optimizer, checkpoint, price)
     capacity = run.spec.memory_bytes
     policies = [  # priced on the same trace
         CheckpointOption.of(
             terms
-            if option == checkpoint
-            else step_memory(recorded, run.spec, run.optimizer, option, forward),
+            if parse_checkpoint(option) == parse_checkpoint(checkpoint)
+            else step_memory(recorded, run.spec, run.optimizer, option, price),
             capacity,
         )
         for option in CHECKPOINT_WHAT_IFS
@@ -136,7 +149,7 @@ def _fit(step, session, checkpoint: str) -> tuple[int, int | None]:
 
     def peak_at(inputs) -> int:  # the peak needs no timing
         recorded = session.trace(step.with_inputs(inputs))
-        return step_memory(recorded, step.spec, step.optimizer, checkpoint, {}).peak_bytes
+        return step_memory(recorded, step.spec, step.optimizer, checkpoint).peak_bytes
 
     max_batch = largest(lambda b: peak_at(resize_inputs(step.inputs, batch=b)), capacity)
     if not step.token_inputs:

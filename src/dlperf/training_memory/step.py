@@ -11,6 +11,7 @@ spec data, per architecture family (`hardware/specs/_framework_memory.toml`).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..hardware import HardwareSpec
@@ -18,7 +19,7 @@ from ..hardware.spec import SPECS_DIR, tomllib
 from ..kinds import Phase
 from ..optimizer import state_bytes
 from ..precision import Precision, precision
-from ..tracing import Trace
+from ..tracing import OpEvent, Trace
 from .checkpointing import checkpoint_plan
 
 FRAMEWORK_MEMORY_FILE = SPECS_DIR / "_framework_memory.toml"
@@ -106,8 +107,8 @@ class StepMemory:
     activations_bytes: int
     transient_bytes: int
     overhead_bytes: int
-    recompute_s: float
-    checkpoint: str  # the policy as priced ("blocks", "every:2", ...)
+    recompute_s: float  # forward work backward runs again (`checkpointing.with_recompute`)
+    checkpoint: str  # the policy as priced ("full", "selective", "every:2", ...)
 
     @property
     def phases(self) -> dict[Phase, int]:
@@ -135,9 +136,10 @@ def step_memory(
     spec: HardwareSpec,
     optimizer: str,
     checkpoint: str,
-    forward_time: dict[str, float],
+    price: Callable[[list[OpEvent]], float] | None = None,
 ) -> StepMemory:
-    """The memory terms of one step, for a trace at the micro-batch size."""
+    """The memory terms of one step, for a trace at the micro-batch size;
+    `price` gives the seconds of the recompute events (None: not priced)."""
     policy = trace.precision
     w_per, g_per = state_bytes_per_param(policy)
     weights = w_per * trace.params
@@ -146,7 +148,7 @@ def step_memory(
     if trace.training:
         n, shapes = trace.trainable_params, trace.param_shapes
         states = optimizer_bytes(optimizer, n, shapes, policy.master_weight_bytes)
-    plan = checkpoint_plan(trace, checkpoint, forward_time)
+    plan = checkpoint_plan(trace, checkpoint, price)
     acts = plan.activations_bytes
     transient = transient_bytes(trace)
     overhead = overhead_bytes(spec, acts + transient)

@@ -59,9 +59,12 @@ def _fused_seconds(ctx, softmax, path: str) -> float:
     phase) over the softmax's heads and sequence, priced by the cost model."""
     *lead, length, _ = softmax.shapes[0]
     heads = math.prod(lead)
+    # a fused kernel runs in the policy's half precision (CUDA autocast keeps
+    # the explicit softmax in float32, the kernel does not)
+    dtype = ctx.precision.autocast_dtype or torch_dtype(softmax.dtype)
     q = TensorMeta(
         (1, heads, length, HEAD_DIM),
-        torch_dtype(softmax.dtype),
+        dtype,
         (heads * length * HEAD_DIM, length * HEAD_DIM, HEAD_DIM, 1),
     )
     if softmax.phase == "forward":

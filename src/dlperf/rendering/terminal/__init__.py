@@ -9,6 +9,7 @@ from .format import gib, seconds
 from .measurement import calibration_document, calibration_report, measure_report, trace_report
 from .memory import memory_report
 from .parallel import comm_report, plan_report
+from .serve import serve_report
 
 __all__ = [
     "advice_report",
@@ -27,6 +28,7 @@ __all__ = [
     "rules_document",
     "rules_table",
     "seconds",
+    "serve_report",
     "sweeps_list",
     "trace_report",
     "written",

@@ -38,14 +38,53 @@ def _header(a, console: Console) -> None:
     if "tokens_per_s" in tput:
         rate += f", {tput['tokens_per_s']:,.0f} tokens/s"
     console.print(
-        f"predicted step time [bold]{seconds(totals['time_s'])}[/] ({rate}); "
+        f"predicted step time [bold]{seconds(a.step_time_s)}[/] ({rate}); "
         f"{si(totals['flops'], 'FLOP')}, {si(totals['bytes'], 'B')} moved, "
         f"{totals['kernels']} kernels; MFU {a.mfu:.0%}"
     )
+    for line in run_lines(a):
+        console.print(line)
+
+
+def run_lines(a) -> list[str]:
+    """How the step runs, in a line each: the host, checkpointing, compile, attention."""
+    lines = []
+    host = a.host
+    if host and host.idle_s > 0.005 * host.step_s:
+        how = "CUDA graphs" if host.cuda_graphs else ("compiled" if host.compiled else "eager")
+        lines.append(
+            f"host ({how}): the GPU waits {seconds(host.idle_s)} ({host.idle_share:.0%} of the "
+            f"step) for kernels to be issued; kernels alone take {seconds(host.gpu_busy_s)}"
+        )
+    if a.checkpoint != "none":
+        recompute = a.phases.get("recompute", {}).get("time_s", 0.0)
+        lines.append(f"checkpoint {a.checkpoint}: {seconds(recompute)} of recomputed forward")
+    if a.fusion:
+        f = a.fusion
+        lines.append(
+            f"compiled: {f.kernels_before} kernels before fusion, {f.kernels_after} after "
+            f"({len(f.groups)} fused groups)"
+        )
+    backends = _attention_backends(a)
+    if backends:
+        lines.append(f"attention: {backends}")
+    return lines
+
+
+def _attention_backends(a) -> str:
+    """The fused attention kernels chosen, with why (from the rows' notes)."""
+    found = {}
+    for r in a.rows:
+        if r.family == "attention" and r.phase == "forward":
+            note = next((n for n in r.notes if n.startswith("attention: ")), "")
+            note = note.removeprefix("attention: ")
+            if note:
+                found[note] = found.get(note, 0) + 1
+    return "; ".join(f"{note} (x{n})" for note, n in found.items())
 
 
 def _top_ops(a, top: int) -> Table:
-    step = a.totals["time_s"]
+    step = a.step_time_s
     table = Table(title=f"top {top} ops by predicted time")
     for col in ("module", "op", "phase", "shapes", "dtype", "bound", "time", "%", "losses"):
         table.add_column(col, overflow="fold")

@@ -10,52 +10,85 @@ from rich.table import Table
 from .format import gib, seconds, si, wide_console
 
 PLAN_COLUMNS = (
+    "#",
     "plan",
-    "micro-batches",
+    "ckpt",
+    "m",
     "memory/GPU",
     "fits",
-    "compute",
+    "compute (bubble)",
     "comm (exposed)",
     "step",
     "throughput",
+    "MFU",
 )
 
 
 def plan_report(r, top: int = 12, console: Console | None = None) -> None:
     console = console or wide_console()
     console.print(
-        f"[bold]{escape(r.model)}[/] on {r.gpus} x [bold]{r.gpu}[/] ({r.gpus_per_node} per node), "
-        f"{r.precision}: global batch {r.global_batch}, micro-batch {r.micro_batch}, "
-        f"{r.params / 1e9:,.2f} B parameters"
+        f"[bold]{escape(r.model)}[/] on {r.gpus} x [bold]{r.gpu}[/] ({r.gpus_per_node} per node, "
+        f"{gib(r.memory_bytes)} each), {r.precision}: global batch {r.global_batch}, "
+        f"micro-batch {r.micro_batch}, {r.params / 1e9:,.2f} B parameters"
     )
-    fitting = sum(p.fits for p in r.plans)
-    console.print(f"{fitting} of {len(r.plans)} plans fit in memory; best first")
+    if r.fixed:
+        given = ", ".join(f"{k} {v}" for k, v in r.fixed.items())
+        console.print(f"fixed: {escape(given)}; {r.searched} variants priced")
+    if r.note:
+        console.print(f"[bold red]{escape(r.note)}[/]")
+    else:
+        console.print(f"{r.fitting} of {len(r.plans)} layouts fit in memory; fastest first")
     table = Table()
+    widest = max((len(p.name.split("-ckpt:")[0]) for p in r.plans[:top]), default=4)
     for col in PLAN_COLUMNS:
-        table.add_column(col, justify="left" if col == "plan" else "right")
-    for p in r.plans[:top]:
-        table.add_row(*_plan_row(p))
-    console.print(table)
-    best = r.plans[0]
-    if best.collectives:
-        parts = ", ".join(
-            f"{name} {gib(c['bytes'])} in {seconds(c['time_s'])}"
-            for name, c in best.collectives.items()
+        left = col in ("plan", "ckpt")
+        table.add_column(
+            col, justify="left" if left else "right", min_width=widest if col == "plan" else None
         )
-        console.print(f"collectives per step of {best.name}: {parts}")
+    for rank, p in enumerate(r.plans[:top], start=1):
+        table.add_row(str(rank) if p.fits else "-", *_plan_row(p))
+    console.print(table)
+    for p in r.plans[:top]:
+        if p.to_fit:
+            console.print(f"{escape(p.name)} would fit with: " + escape("; ".join(p.to_fit)))
+    _collectives(r.plans[0], console)
+
+
+def _collectives(best, console: Console) -> None:
+    if not best.collectives:
+        return
+    m = best.memory
+    if m:
+        console.print(
+            f"memory per GPU of {escape(best.name)} ({m.stage} stage): weights "
+            f"{gib(m.weights_bytes)}, gradients {gib(m.gradients_bytes)}, optimizer "
+            f"{gib(m.optimizer_bytes)}, activations {gib(m.activations_bytes)}, transient "
+            f"{gib(m.transient_bytes)}, buffers {gib(m.buffers_bytes)}, framework "
+            f"{gib(m.overhead_bytes)}"
+        )
+    parts = ", ".join(
+        f"{c.name} {gib(c.bytes)} in {seconds(c.time_s)} ({seconds(c.exposed_time_s)} exposed)"
+        for c in best.collectives
+    )
+    console.print(f"collectives per step per GPU: {parts}")
 
 
 def _plan_row(p) -> tuple[str, ...]:
-    rate = f"{p.tokens_per_s:,.0f} tok/s" if p.tokens_per_s else f"{p.samples_per_s:,.1f} samples/s"
+    if p.tokens_per_s_per_gpu:
+        rate = f"{p.tokens_per_s_per_gpu:,.0f} tok/s/GPU"
+    else:
+        rate = f"{p.samples_per_s:,.1f} samples/s"
     return (
-        p.name,
+        escape(p.name.split("-ckpt:")[0]),
+        p.checkpoint,
         str(p.accumulate),
         gib(p.memory_per_gpu_bytes),
         "yes" if p.fits else "[red]no[/]",
-        seconds(p.compute_time_s),
+        f"{seconds(p.compute_time_s)} ({seconds(p.bubble_time_s)})",
         f"{seconds(p.comm_time_s)} ({seconds(p.exposed_comm_s)})",
         seconds(p.step_time_s),
         rate,
+        f"{p.mfu:.0%}",
     )
 
 

@@ -1,0 +1,142 @@
+"""Mixture-of-experts layers: the experts of one layer call as a grouped-GEMM
+MoE runs them (`tracing.moe` records them as `dlperf::moe` events).
+
+With T tokens, top-k routing, E experts of FFN size F (gated SwiGLU experts
+have a gate and an up matrix, g = 2; plain ones g = 1) and hidden size H,
+S = T x k token-expert pairs pass through the experts. Which expert gets
+which token is the router's, known only at run time: the price assumes a
+balanced router, S / E rows per expert (the remainder one more row to as
+many experts). Each projection is one grouped GEMM over the experts, priced
+as a batched GEMM of E equal problems (one launch, the experts' tiles
+sharing the waves), as grouped-GEMM MoE kernels (Megatron-Core's, PyTorch's
+`_grouped_mm`) run equal groups.
+
+| phase    | GEMM         | M       | N     | K       | batch |
+| forward  | fc1          | S / E   | g F   | H       | E     |
+| forward  | fc2          | S / E   | H     | F       | E     |
+| backward | fc2 dgrad    | S / E   | F     | H       | E     |
+| backward | fc2 wgrad    | H       | F     | S / E   | E     |
+| backward | fc1 dgrad    | S / E   | H     | g F     | E     |
+| backward | fc1 wgrad    | g F     | H     | S / E   | E     |
+
+so forward does 2 S H F (g + 1) FLOPs in GEMMs (SwiGLU: 2 T k 3 H F) and
+backward twice that (the weight gradients only when the experts train).
+Around them run memory-bound kernels, streamed after the GEMMs: forward
+the permute (a gather of S rows of H), the activation (reads g F, writes F
+per row) and the unpermute (S rows scaled by their routing weight and
+summed into T rows); backward their gradients (the unpermute's gather of
+the output gradient and the routing weights' dot products, the
+activation's, the permute's scatter-add). Their launches are not timed
+(the GEMM pricing streams side bytes only): a few microseconds per layer
+call. The router runs
+before the op as the model's own code (a linear map, softmax, top-k),
+recorded and priced as those ops.
+"""
+
+from __future__ import annotations
+
+from ..kinds import Category
+from ..tracing import OpEvent
+from ..tracing.moe import MOE_BACKWARD_OP, MOE_OP, MoeShape, moe_shape
+from .cost import CostContext, Costed, Gemm, noted
+from .factories import contraction, make_gemm
+from .registry import register
+
+_MOE = {"category": Category.CONTRACTION, "family": "moe"}
+# FLOPs per activation element (ops/elementwise.py's counts): SwiGLU is silu
+# (5) times up (1); a plain expert's GELU 8. Backward, SwiGLU recomputes silu
+# (5), takes its gradient (silu_backward, 6) and two products (2); GELU's
+# gradient (gelu_backward) is 10.
+ACTIVATION_FLOPS = {True: 6, False: 8}
+ACTIVATION_BACKWARD_FLOPS = {True: 13, False: 10}
+ROUTING_INDEX_BYTES = 8  # int64 expert ids, one per routed row
+# Kernels around the grouped GEMMs: forward the routing's sort, count and
+# scan, the permute, the activation and the unpermute; backward the
+# unpermute's gradient, the activation's and the permute's.
+FORWARD_SIDE_KERNELS = 6
+BACKWARD_SIDE_KERNELS = 3
+
+
+def _inner(s: MoeShape) -> int:
+    """Columns of the first GEMM: gate and up for gated experts (2F), else F."""
+    return s.ffn * (2 if s.gated else 1)
+
+
+def expert_gemms(s: MoeShape, phase: str, ctx: CostContext) -> list[Gemm]:
+    """The grouped GEMMs of the module docstring's table, per balanced split."""
+    h, f, inner = s.hidden, s.ffn, _inner(s)
+    gemms = []
+    for rows, experts in s.balanced_rows():
+        if phase == "forward":
+            shapes = [(rows, inner, h, "fc1 fprop"), (rows, h, f, "fc2 fprop")]
+        else:
+            shapes = [(rows, f, h, "fc2 dgrad"), (rows, h, inner, "fc1 dgrad")]
+            if s.weight_grads:  # frozen experts (adapters trained beside them) have none
+                shapes += [(h, f, rows, "fc2 wgrad"), (inner, h, rows, "fc1 wgrad")]
+        gemms += [
+            make_gemm(ctx, s.dtype, m, n, k, batch=experts, role=f"expert {role}")
+            for m, n, k, role in shapes
+        ]
+    return gemms
+
+
+def side_traffic(s: MoeShape, phase: str, weight_item: int) -> tuple[float, float, float]:
+    """(bytes read, bytes written, FLOPs) of the memory-bound kernels around
+    the GEMMs, S = T k rows of H (`weight_item`: bytes of a routing weight)."""
+    item = s.dtype.itemsize
+    rows, h, f, inner = s.routed, s.hidden, s.ffn, _inner(s)
+    tokens = s.tokens * h * item  # T x H
+    routed = rows * h * item  # S x H
+    weights = rows * weight_item
+    if phase == "forward":
+        # permute: S rows gathered by expert id; activation; unpermute: each row
+        # scaled by its routing weight and summed into its token's
+        read = (routed + rows * ROUTING_INDEX_BYTES) + rows * inner * item + (routed + weights)
+        written = routed + rows * f * item + tokens
+        flops = rows * f * ACTIVATION_FLOPS[s.gated] + 2 * rows * h
+        return read, written, flops
+    # unpermute: the output gradient gathered per row and scaled (the row's
+    # gradient), and the routing weight's gradient, a dot product with fc2's
+    # saved output; the activation's gradient; the permute's scatter-add
+    read = (routed + routed + weights) + rows * (inner + f) * item + routed
+    written = (routed + weights) + rows * inner * item + tokens
+    flops = rows * f * ACTIVATION_BACKWARD_FLOPS[s.gated] + 3 * rows * h + rows * h
+    return read, written, flops
+
+
+def _priced(e: OpEvent, ctx: CostContext, phase: str) -> Costed:
+    s = moe_shape(e)
+    gemms = expert_gemms(s, phase, ctx)
+    item = s.dtype.itemsize
+    side_read, side_written, side_flops = side_traffic(s, phase, e.args[2].itemsize)
+    # each GEMM reads its operands and writes its result once (the tile model
+    # prices their real traffic); the side kernels' bytes are streamed after
+    gemm_read = sum(g.batch * (g.m * g.k + g.k * g.n) for g in gemms) * item
+    gemm_written = sum(g.batch * g.m * g.n for g in gemms) * item
+    side = FORWARD_SIDE_KERNELS if phase == "forward" else BACKWARD_SIDE_KERNELS
+    cost = contraction(
+        gemms,
+        gemm_read + side_read,
+        gemm_written + side_written,
+        extra_flops=side_flops,
+        kernels=len(gemms) + side,
+        side_bytes=side_read + side_written,
+    )
+    per_expert = " or ".join(str(rows) for rows, _ in s.balanced_rows())
+    return noted(
+        cost,
+        f"balanced router assumed: {s.tokens} tokens x top-{s.top_k} / {s.experts} experts "
+        f"= {per_expert} rows per expert (real routers are uneven: the busiest expert "
+        "sets the time)",
+        "each projection is one grouped GEMM over the experts",
+    )
+
+
+@register(MOE_OP, **_MOE)
+def moe_forward(e: OpEvent, ctx: CostContext) -> Costed:
+    return _priced(e, ctx, "forward")
+
+
+@register(MOE_BACKWARD_OP, **_MOE)
+def moe_backward(e: OpEvent, ctx: CostContext) -> Costed:
+    return _priced(e, ctx, "backward")

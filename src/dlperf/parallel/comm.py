@@ -1,0 +1,247 @@
+"""The collectives of one plan's step: the bytes each moves, the time the
+link is busy, and the time it adds to the step (exposed).
+
+Per micro-batch, on the critical path of every stage (exposed whole unless
+said):
+- tp: two all-reduces of the block's output activation per block forward
+  and two backward (Megatron-LM), two more when a checkpointed block runs
+  its forward again, and one each for the embedding and the head; with
+  sequence parallelism each becomes an all-gather and a reduce-scatter
+  (the same ring volume). In the math dtype (bf16/fp16 under AMP).
+- cp: ring attention passes the K and V chunks around the cp ranks (cp - 1
+  steps forward; K, V and their gradients backward, twice the bytes),
+  overlapped with the attention's own compute: exposed = max(0, comm -
+  attention).
+- ep: two all-to-alls per MoE layer forward (dispatch, combine) and two
+  backward, of tokens x top-k x hidden x activation bytes, (ep-1)/ep of
+  them leaving each GPU.
+- fsdp/hsdp: every wrapped block is all-gathered for forward and again for
+  backward (FULL_SHARD frees it after forward) and its gradients
+  reduce-scattered, for every micro-batch; prefetch overlaps each with the
+  neighbouring block's compute: exposed = the first gather, plus per block
+  max(0, comm - compute), plus the last reduce-scatter. hsdp adds an
+  all-reduce of each gradient shard across the node replicas.
+- zero2: the gradients are reduce-scattered for every micro-batch
+  (bucketed, overlapped with its backward).
+- pp: each micro-batch crosses each stage boundary once forward and once
+  backward, V times under the interleaved schedule, in the math dtype, one
+  tp-th of the tensor per GPU (Megatron-LM's scatter/gather); the critical
+  path holds 2 (m V + p - 1) sends.
+
+Per step: DDP's all-reduce (no sharding) and zero1's reduce-scatter of the
+gradients, bucketed and overlapped with the last micro-batch's backward
+(exposed: what does not fit in it, at least the last bucket); zero1 and
+zero2 all-gather the updated weights after the optimizer step (exposed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..hardware.spec import SPECS_DIR, tomllib
+from .compute import StageTimes
+from .layout import Layout
+from .memory import math_weight_bytes, stage_blocks
+from .network import Interconnect, ring_time_s, send_time_s
+from .profile import ModelProfile
+
+with open(SPECS_DIR / "_framework_comm.toml", "rb") as _f:
+    DDP_BUCKET_BYTES: float = tomllib.load(_f)["ddp_bucket_bytes"]
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One kind of collective in a step, per GPU: bytes of the buffers it moves,
+    the seconds the link is busy, and the seconds it adds to the step."""
+
+    # "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", or
+    # "all_gather+reduce_scatter" (sequence parallelism's pair in place of an all-reduce)
+    op: str
+    group: str  # "dp", "tp", "pp", "cp", "ep", "dp-replicas"
+    bytes: float
+    time_s: float
+    exposed_time_s: float
+    count: float = 0  # calls per step
+
+    @property
+    def name(self) -> str:
+        return f"{self.group} {self.op}"
+
+    def __getitem__(self, key: str):
+        """Read as the dict it used to be (`c["bytes"]`), for older readers."""
+        return getattr(self, key)
+
+    def to_dict(self) -> dict:
+        return {
+            "op": self.op,
+            "group": self.group,
+            "bytes": self.bytes,
+            "time_s": self.time_s,
+            "exposed_time_s": self.exposed_time_s,
+            "count": self.count,
+        }
+
+
+@dataclass(frozen=True)
+class _Ring:
+    """One collective's size and single-call time over its group."""
+
+    op: str
+    group: str
+    nbytes: float
+    one_s: float
+
+
+def _ring(op: str, group: str, nbytes: float, ranks: int, stride: int, net: Interconnect) -> _Ring:
+    bandwidth = net.ring_bytes_per_s(ranks, stride)
+    return _Ring(op, group, nbytes, ring_time_s(op, nbytes, ranks, bandwidth, net.latency_s))
+
+
+def _per_micro_batch(
+    profile: ModelProfile, net: Interconnect, at: Layout, times: StageTimes
+) -> list[tuple[_Ring, float, float]]:
+    """(collective, calls per micro-batch, exposed seconds per micro-batch)."""
+    out = []
+    blocks = stage_blocks(profile, at)
+    act = profile.boundary_elements * profile.activation_itemsize / at.cp
+    if at.tp > 1:
+        per_block = 4 + (2 if profile.segment_blocks(blocks) else 0)
+        calls = per_block * blocks + 2
+        ring = _ring("all_reduce", "tp", act, at.tp, 1, net)
+        if at.sequence_parallel:  # an all-gather and a reduce-scatter: the same volume
+            ring = _Ring("all_gather+reduce_scatter", "tp", act, ring.one_s)
+        out.append((ring, calls, calls * ring.one_s))
+    if at.cp > 1 and profile.kv_elements:
+        local = profile.kv_elements * profile.activation_itemsize / (at.tp * at.cp)
+        bandwidth = net.ring_bytes_per_s(at.cp, at.tp)
+        steps = at.cp - 1
+        one = local / bandwidth + net.latency_s
+        attention = profile.block_attention_s / (at.tp * at.cp)
+        # forward once, backward twice (K, V and their gradients), and once more
+        # where backward recomputes the attention (any checkpointing)
+        rounds = 3 + (profile.checkpoint != "none")
+        exposed = max(0.0, rounds * steps * one - attention)
+        out.append((_Ring("send", "cp", local, one), rounds * steps * blocks, exposed * blocks))
+    if at.ep > 1 and profile.moe_layers:
+        tokens = profile.moe_tokens / (at.cp * at.activation_split)
+        nbytes = tokens * profile.top_k * profile.moe_hidden * profile.activation_itemsize
+        bandwidth = net.ring_bytes_per_s(at.ep, at.tp * at.cp)
+        one = ring_time_s("all_to_all", nbytes, at.ep, bandwidth, net.latency_s)
+        calls = 4 * profile.moe_layers * blocks / max(profile.blocks, 1)
+        out.append((_Ring("all_to_all", "ep", nbytes, one), calls, calls * one))
+    if at.zero >= 3 and at.dp > 1:
+        out += _fsdp(profile, net, at, times)
+    if at.zero == 2 and at.dp > 1:
+        grads = _grad_bytes(profile, at)
+        ring = _ring("reduce_scatter", "dp", grads, at.dp, at.model_parallel, net)
+        out.append((ring, 1, _bucketed_exposure(ring, blocks * times.block_backward_s)))
+    return out
+
+
+def _fsdp(profile: ModelProfile, net: Interconnect, at: Layout, times: StageTimes) -> list:
+    """Per micro-batch: each block gathered twice and its gradients scattered."""
+    blocks = stage_blocks(profile, at)
+    math_bytes = math_weight_bytes(profile)
+    per_block = profile.params_per_block / at.tp
+    if profile.blocks:  # experts are split by ep as well
+        per_block -= profile.expert_params / profile.blocks / at.tp * (1 - 1 / at.ep)
+    block_bytes = per_block * math_bytes
+    root_bytes = (profile.params - profile.block_params) / at.tp * math_bytes
+    shards, stride = at.shard_ranks, at.model_parallel
+    gather = _ring("all_gather", "dp", block_bytes, shards, stride, net)
+    scatter = _ring("reduce_scatter", "dp", block_bytes, shards, stride, net)
+    root_gather = _ring("all_gather", "dp", root_bytes, shards, stride, net)
+    root_scatter = _ring("reduce_scatter", "dp", root_bytes, shards, stride, net)
+    across = at.replicas
+    replica = _ring("all_reduce", "dp-replicas", block_bytes / shards, across, stride * shards, net)
+    backward_comm = gather.one_s + scatter.one_s + replica.one_s
+    forward_exposed = gather.one_s + (blocks - 1) * max(0.0, gather.one_s - times.block_forward_s)
+    backward_exposed = blocks * max(0.0, backward_comm - times.block_backward_s) + scatter.one_s
+    out = [
+        (gather, 2 * blocks, forward_exposed + root_gather.one_s),
+        (scatter, blocks, backward_exposed + root_scatter.one_s),
+        (root_gather, 1, 0.0),
+        (root_scatter, 1, 0.0),
+    ]
+    if across > 1:
+        out.append((replica, blocks, 0.0))  # its exposure is in the backward's above
+    return out
+
+
+def _grad_bytes(profile: ModelProfile, at: Layout) -> float:
+    """Gradient bytes one GPU reduces: its stage's share, in the weights' dtype
+    without sharding (fp32 under AMP), the math dtype under ZeRO."""
+    dense = profile.block_params - profile.expert_params
+    held = (dense / at.pp + profile.expert_params / (at.pp * at.ep)) / at.tp
+    held += (profile.params - profile.block_params) / at.tp
+    word = math_weight_bytes(profile) if at.zero else profile.precision.grad_bytes
+    return held * word
+
+
+def _bucketed_exposure(ring: _Ring, backward_s: float) -> float:
+    """A bucketed gradient collective overlapped with `backward_s`: what does not
+    fit behind it, and at least its last bucket."""
+    last = ring.one_s * min(1.0, DDP_BUCKET_BYTES / ring.nbytes) if ring.nbytes else 0.0
+    return max(last, ring.one_s - backward_s)
+
+
+def _per_step(
+    profile: ModelProfile, net: Interconnect, at: Layout, times: StageTimes
+) -> list[tuple[_Ring, float, float]]:
+    """(collective, calls per step, exposed seconds per step) of the data-parallel
+    gradients and weights that move once per step."""
+    if at.dp == 1 or at.zero >= 3:
+        return []
+    blocks = stage_blocks(profile, at)
+    backward = blocks * times.block_backward_s
+    grads = _grad_bytes(profile, at)
+    stride = at.model_parallel
+    out = []
+    if at.zero == 0:
+        ring = _ring("all_reduce", "dp", grads, at.dp, stride, net)
+        out.append((ring, 1, _bucketed_exposure(ring, backward)))
+        return out
+    if at.zero == 1:
+        ring = _ring("reduce_scatter", "dp", grads, at.dp, stride, net)
+        out.append((ring, 1, _bucketed_exposure(ring, backward)))
+    gather = _ring("all_gather", "dp", grads, at.dp, stride, net)  # the updated weights
+    out.append((gather, 1, gather.one_s))
+    return out
+
+
+def _sends(profile: ModelProfile, net: Interconnect, at: Layout) -> _Ring | None:
+    if at.pp == 1:
+        return None
+    nbytes = profile.boundary_elements * profile.activation_itemsize / (at.cp * at.tp)
+    across = at.gpus > net.gpus_per_node
+    bandwidth = net.point_to_point_bytes_per_s(across)
+    return _Ring("send", "pp", nbytes, send_time_s(nbytes, bandwidth, net.latency_s))
+
+
+def collectives(
+    profile: ModelProfile, net: Interconnect, at: Layout, times: StageTimes
+) -> tuple[list[Collective], float, float]:
+    """The step's collectives, the exposed seconds each micro-batch's stage slot
+    gains, and the exposed seconds the step gains once."""
+    m = at.micro_batches
+    v = at.schedule.chunks
+    slots = m + (at.pp - 1) / v  # stage slots on the critical path, bubble included
+    found: list[Collective] = []
+    per_slot = 0.0
+    for ring, calls, exposed in _per_micro_batch(profile, net, at, times):
+        per_slot += exposed
+        found.append(_collective(ring, calls * m, exposed * slots))
+    sends = _sends(profile, net, at)
+    if sends:
+        per_slot += 2 * v * sends.one_s
+        crossings = 2 * (m * v + at.pp - 1)
+        found.append(_collective(sends, 2 * m * v, crossings * sends.one_s))
+    once = 0.0
+    for ring, calls, exposed in _per_step(profile, net, at, times):
+        once += exposed
+        found.append(_collective(ring, calls, exposed))
+    return found, per_slot, once
+
+
+def _collective(ring: _Ring, calls: float, exposed: float) -> Collective:
+    return Collective(ring.op, ring.group, ring.nbytes * calls, ring.one_s * calls, exposed, calls)

@@ -1,0 +1,50 @@
+"""Compute time of one plan's pipeline stages, per micro-batch on one GPU.
+
+Tensor parallelism divides the work of the ops in its split regions by tp
+(`tensor_parallel.py`); the replicated ops (layer norms, dropout, residual
+adds) run whole on every GPU unless sequence parallelism splits them too.
+Context parallelism divides everything by cp (each GPU runs its share of the
+sequence; attention's causal work is balanced over the ranks, as
+Megatron-LM's load-balanced chunks do). The GEMMs are priced at the traced
+shapes; smaller shards run at the same efficiency (a simplification: a
+sliver of a GEMM can run less efficiently).
+
+The first stage runs its blocks and the embeddings, the last its blocks,
+the head and the loss; a pipeline goes at the pace of the slower of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .layout import Layout
+from .memory import stage_blocks
+from .profile import ModelProfile
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    block_forward_s: float  # one block, one micro-batch, one GPU
+    block_backward_s: float  # with its recompute
+    stage_s: float  # the slowest stage, forward and backward of one micro-batch
+    optimizer_s: float  # the optimizer step on one GPU's share of the states
+
+
+def _split(seconds: float, share: float, at: Layout) -> float:
+    """Seconds on one GPU: the split share over tp, the rest over tp only with SP; all over cp."""
+    return (seconds * share / at.tp + seconds * (1 - share) / at.activation_split) / at.cp
+
+
+def stage_times(profile: ModelProfile, at: Layout) -> StageTimes:
+    share = profile.block_split_share
+    block_f = _split(profile.block_forward_s, share, at)
+    block_b = _split(profile.block_backward_s, share, at)
+    blocks = stage_blocks(profile, at) * (block_f + block_b)
+    pre = (profile.pre_forward_s + profile.pre_backward_s) / at.cp
+    post = _split(profile.post_forward_s + profile.post_backward_s, profile.post_split_share, at)
+    stage = blocks + pre + post if at.pp == 1 else blocks + max(pre, post)
+    dense = profile.block_params - profile.expert_params
+    outside = profile.params - profile.block_params
+    held = (dense / at.pp + profile.expert_params / (at.pp * at.ep) + outside) / at.tp
+    share_of_states = held / max(profile.params, 1) / (at.shard_ranks if at.zero else 1)
+    return StageTimes(block_f, block_b, stage, profile.optimizer_s * share_of_states)

@@ -1,0 +1,90 @@
+"""A plan's layout: how many GPUs each kind of parallelism takes, the
+sharding, the pipeline schedule, and the micro-batches of one step.
+
+Ranks are numbered tensor-parallel innermost, then context, data and
+pipeline parallel (Megatron-LM's order); expert parallelism is carved out of
+the data-parallel ranks (Megatron-Core: the expert-data-parallel group is
+dp / ep), so GPUs = dp x tp x pp x cp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import DlperfError
+from .schedule import NO_PIPELINE, Schedule
+
+# Sharding over the data-parallel ranks: ZeRO stage 1 (optimizer states),
+# 2 (and gradients), fsdp = ZeRO-3 (and weights, FSDP's FULL_SHARD), hsdp =
+# FSDP's HYBRID_SHARD (ZeRO-3 within a node, replicas across nodes).
+SHARDINGS = ("none", "zero1", "zero2", "fsdp", "hsdp")
+ZERO_STAGE = {"none": 0, "zero1": 1, "zero2": 2, "fsdp": 3, "hsdp": 3}
+
+
+def check_sharding(name: str) -> str:
+    if name not in ZERO_STAGE:
+        raise DlperfError(f"unknown sharding {name!r}; choose from: {', '.join(SHARDINGS)}")
+    return name
+
+
+@dataclass(frozen=True)
+class Layout:
+    dp: int
+    tp: int
+    pp: int
+    cp: int = 1
+    ep: int = 1
+    sharding: str = "none"
+    schedule: Schedule = NO_PIPELINE
+    sequence_parallel: bool = False
+    micro_batch: int = 1
+    micro_batches: int = 1  # m: micro-batches per step through each pipeline
+    gpus_per_node: int = 8
+
+    @property
+    def zero(self) -> int:
+        return ZERO_STAGE[self.sharding]
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def model_parallel(self) -> int:
+        """GPUs that split one copy of the model's blocks (within a stage: tp x cp)."""
+        return self.tp * self.cp
+
+    @property
+    def shard_ranks(self) -> int:
+        """Data-parallel ranks the sharded states are split over: all of them,
+        or under hsdp those within one node."""
+        if self.zero == 0:
+            return 1
+        if self.sharding == "hsdp":
+            return max(1, min(self.dp, self.gpus_per_node // self.model_parallel))
+        return self.dp
+
+    @property
+    def replicas(self) -> int:
+        """Copies of the sharded states (hsdp: one per node group)."""
+        return self.dp // self.shard_ranks if self.zero else self.dp
+
+    @property
+    def activation_split(self) -> int:
+        """How many ways sequence parallelism splits the replicated activations."""
+        return self.tp if self.sequence_parallel else 1
+
+    @property
+    def name(self) -> str:
+        parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}"]
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        if self.sharding != "none":
+            parts.append(self.sharding)
+        if self.sequence_parallel:
+            parts.append("sp")
+        if self.pp > 1:
+            parts.append(self.schedule.name)
+        return "-".join(parts)

@@ -1,0 +1,151 @@
+"""Collectives of parallel plans, derived in the open: FSDP's gathers per
+micro-batch with prefetch, pipeline sends and the bubble, tensor-parallel
+all-reduces in the math dtype, DDP's bucketed all-reduce, expert all-to-all,
+context parallelism's ring, and which link each group runs on."""
+
+import pytest
+
+import dlperf
+from dlperf.parallel import (
+    Interconnect,
+    Layout,
+    ModelProfile,
+    interconnect_for,
+    parse_schedule,
+    price,
+)
+
+# 100 GB/s within a node, a node network of 200 GB/s (25 GB/s per GPU), no latency
+NET = Interconnect(100e9, 25e9, 0.0, 8, 200e9)
+SPEC = dlperf.gpu("h100")
+
+
+def _profile(**changes) -> ModelProfile:
+    base = dict(
+        name="m",
+        params=800_000_000,
+        block_params=800_000_000,  # 8 blocks of 1e8 parameters
+        blocks=8,
+        micro_batch=1,
+        tokens_per_sample=1000,
+        precision="amp-bf16",
+        optimizer="adamw",
+        boundary_elements=1e6,  # b s h of the activation between blocks
+        activation_itemsize=2,
+        block_forward_s=1e-3,
+        block_backward_s=2e-3,
+        block_split_share=1.0,
+    )
+    base.update(changes)
+    return ModelProfile(**base)
+
+
+def _plan(profile=None, **layout):
+    return price(profile or _profile(), SPEC, NET, Layout(**layout))
+
+
+def test_fsdp_gathers_every_block_twice_per_micro_batch_and_overlaps_what_it_can():
+    plan = _plan(dp=8, tp=1, pp=1, sharding="fsdp", micro_batches=4)
+    gather, scatter = plan.collectives[0], plan.collectives[1]
+    # each block's 1e8 bf16 weights (2e8 B), forward and backward, 4 micro-batches
+    assert (gather.op, gather.count, gather.bytes) == ("all_gather", 2 * 8 * 4, 64 * 2e8)
+    assert (scatter.op, scatter.count, scatter.bytes) == ("reduce_scatter", 8 * 4, 32 * 2e8)
+    one = 7 / 8 * 2e8 / 100e9  # 1.75 ms per gather or scatter over 8 GPUs
+    assert gather.time_s == pytest.approx(64 * one)
+    # forward: the first gather, then 7 gathers behind 1 ms blocks: 1.75 + 7 x 0.75 ms
+    # backward: gather + scatter (3.5 ms) behind 2 ms blocks, 8 x 1.5 ms, + the last scatter
+    forward, backward = one + 7 * (one - 1e-3), 8 * (2 * one - 2e-3) + one
+    assert gather.exposed_time_s == pytest.approx(4 * forward)
+    assert scatter.exposed_time_s == pytest.approx(4 * backward)
+    assert plan.exposed_comm_s == pytest.approx(4 * (forward + backward))
+
+
+def test_pipeline_sends_once_per_micro_batch_per_boundary_in_bf16():
+    # tp 2 x pp 4 on 8 GPUs of one node, 8 micro-batches
+    plan = _plan(dp=1, tp=2, pp=4, schedule=parse_schedule("1f1b"), micro_batches=8)
+    sends = plan.collective("pp send")
+    each = 1e6 * 2 / 2  # b s h in bf16 (not fp32), a tp-th of it per GPU: 1 MB
+    assert sends.count == 2 * 8 and sends.bytes == 16 * each
+    # the critical path holds 2 (m + p - 1) = 22 sends of 10 us
+    assert sends.exposed_time_s == pytest.approx(22 * each / 100e9)
+    # the bubble: 2 blocks per stage at 1.5 ms (3 ms / tp 2), (p - 1) x 3 ms = 3/8 of 8 x 3 ms
+    assert plan.bubble_time_s == pytest.approx(3 * 3e-3)
+    interleaved = _plan(dp=1, tp=2, pp=4, schedule=parse_schedule("interleaved:2"), micro_batches=8)
+    assert interleaved.bubble_time_s == pytest.approx(3 * 3e-3 / 2)  # (p - 1)/(m V)
+    sends = interleaved.collective("pp send")
+    assert sends.count == 2 * 8 * 2  # V times as many boundaries
+    assert sends.exposed_time_s == pytest.approx(2 * (8 * 2 + 3) * each / 100e9)
+
+
+def test_tensor_parallel_all_reduces_per_block_in_the_math_dtype():
+    plan = _plan(dp=1, tp=8, pp=1, micro_batches=2)
+    tp = plan.collective("tp all_reduce")
+    # 4 per block (2 forward, 2 backward) x 8 blocks + embedding and head = 34 per micro-batch
+    assert tp.count == 34 * 2 and tp.bytes == 68 * 1e6 * 2  # bf16 under AMP
+    assert tp.exposed_time_s == pytest.approx(68 * 2 * 7 / 8 * 2e6 / 100e9)
+    # a checkpointed block runs its forward, and its two all-reduces, again
+    full = _plan(_profile(checkpoint="full"), dp=1, tp=8, pp=1, micro_batches=2)
+    assert full.collective("tp all_reduce").count == (6 * 8 + 2) * 2
+    # sequence parallelism: all-gather + reduce-scatter, the same ring volume
+    sp = _plan(dp=1, tp=8, pp=1, micro_batches=2, sequence_parallel=True)
+    assert sp.collective("tp all_gather+reduce_scatter").time_s == pytest.approx(tp.time_s)
+
+
+def test_ddp_all_reduces_fp32_gradients_once_per_step_behind_backward():
+    plan = _plan(dp=8, tp=1, pp=1, micro_batches=4)
+    reduce = plan.collective("dp all_reduce")
+    assert reduce.count == 1 and reduce.bytes == 4 * 8e8  # fp32 gradients under AMP
+    ring = 2 * 7 / 8 * 3.2e9 / 100e9  # 56 ms
+    assert reduce.time_s == pytest.approx(ring)
+    # behind the last micro-batch's backward (8 blocks x 2 ms): 56 - 16 = 40 ms exposed
+    assert reduce.exposed_time_s == pytest.approx(ring - 16e-3)
+    # a short all-reduce hides but for its last 25 MiB bucket
+    small = _plan(_profile(params=10_000_000, block_params=10_000_000), dp=8, tp=1, pp=1)
+    r = small.collective("dp all_reduce")
+    assert r.exposed_time_s == pytest.approx(r.time_s * 26_214_400 / 4e7)
+
+
+def test_zero1_and_zero2_scatter_gradients_and_gather_weights():
+    z1 = _plan(dp=8, tp=1, pp=1, sharding="zero1", micro_batches=4)
+    assert z1.collective("dp reduce_scatter").count == 1  # once per step
+    gather = z1.collective("dp all_gather")
+    assert gather.bytes == 2 * 8e8 and gather.exposed_time_s == gather.time_s
+    z2 = _plan(dp=8, tp=1, pp=1, sharding="zero2", micro_batches=4)
+    assert z2.collective("dp reduce_scatter").count == 4  # every micro-batch
+
+
+def test_expert_all_to_all():
+    moe = _profile(experts=8, top_k=2, moe_layers=8, moe_tokens=4096, moe_hidden=1024)
+    plan = _plan(moe, dp=8, tp=1, pp=1, ep=4, micro_batches=2)
+    a2a = plan.collective("ep all_to_all")
+    # tokens x top-k x hidden x 2 B = 16.8 MB, (ep - 1)/ep of it leaving each GPU
+    nbytes = 4096 * 2 * 1024 * 2
+    assert a2a.count == 4 * 8 * 2  # dispatch and combine, forward and backward
+    assert a2a.bytes == a2a.count * nbytes
+    assert a2a.exposed_time_s == pytest.approx(a2a.count * 3 / 4 * nbytes / 100e9)
+
+
+def test_context_parallel_ring_hides_behind_attention():
+    p = _profile(kv_elements=2e6, block_attention_s=1e-4)
+    plan = _plan(p, dp=4, tp=1, pp=1, cp=2, micro_batches=1)
+    ring = plan.collective("cp send")
+    local = 2e6 * 2 / 2  # this GPU's K and V chunk: 2 MB
+    one = local / 100e9  # 20 us
+    # forward 1 step, backward 2 (K, V and their gradients): 60 us per block, of
+    # which the attention's 50 us (1e-4 s / cp 2) hides all but 10 us
+    assert ring.count == 3 * 8
+    assert ring.exposed_time_s == pytest.approx(8 * (3 * one - 5e-5))
+
+
+def test_links_follow_the_ranks_places():
+    # dp ranks 8 apart (beside tp 8) are one per node: one NIC each, 25 GB/s
+    assert NET.ring_bytes_per_s(8, stride=8) == 25e9
+    # 16 consecutive ranks: 8 per node, the node's whole network, capped by the GPU's link
+    assert NET.ring_bytes_per_s(16, stride=1) == 100e9
+    assert NET.ring_bytes_per_s(8, stride=1) == 100e9  # within a node: NVLink
+    # NCCL's model caps an A100 ring at 235 GB/s of its 300 GB/s NVLink
+    a100 = interconnect_for(dlperf.gpu("a100"), 8)
+    assert a100.ring_bytes_per_s(8) == 235e9
+    # the node network by generation: DGX H100 8 x 400 Gb/s, DGX A100 8 x 200 Gb/s
+    assert interconnect_for(dlperf.gpu("h100"), 8).node_network == 400e9
+    assert a100.node_network == 200e9 and a100.inter_node_bytes_per_s == 25e9

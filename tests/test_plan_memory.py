@@ -1,0 +1,208 @@
+"""Memory per GPU of parallel plans, derived in the open: Korthikanti et al.
+2022's activation formulas, ZeRO's shards, the pipeline schedules'
+in-flight micro-batches, checkpointing, FSDP's gathered blocks."""
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import dlperf
+from dlperf.parallel import Layout, ModelProfile, memory_per_gpu, parse_schedule, profile
+from dlperf.parallel.memory import block_activations, stage_memory, zero_state_bytes
+from dlperf.run import Session, resolve
+from dlperf.training_memory import ALLOCATOR_SLACK, framework_memory
+
+sys.path.insert(0, str(Path(__file__).parent))
+from gpt_layer import GPT  # noqa: E402
+
+S, B, H, A = 512, 4, 1024, 16
+SBH, AS2B = S * B * H, A * S * S * B  # 2,097,152 and 16,777,216
+# The two layer norms' mean and rstd, s b values each in fp16, which the paper
+# leaves out: 2 x 2 x 2048 x 2 B = 16,384 B, replicated.
+LN_STATS = 2 * 2 * S * B * 2
+
+
+@pytest.fixture(scope="module")
+def gpt_profile() -> ModelProfile:
+    with torch.device("meta"):
+        model = GPT(layers=2, hidden=H, heads=A)
+    # Megatron's (s, b, h) layout: the traced "micro-batch" is the first dimension
+    run = resolve(model, torch.empty(S, B, H, device="meta"), gpu="a100", precision="fp16")
+    return profile(run, Session(), S)
+
+
+def test_the_trace_splits_a_gpt_layer_as_korthikanti_counts_it(gpt_profile):
+    p = gpt_profile
+    # Table 2, no parallelism: 34 s b h + 5 a s^2 b = 71,303,168 + 83,886,080
+    assert p.block_activations_bytes == 34 * SBH + 5 * AS2B + LN_STATS
+    # tensor parallelism splits 24 s b h and the attention scores; 10 s b h (the
+    # layer norms' inputs, the linear inputs after them, two dropout masks) stay
+    assert p.block_split_bytes == 24 * SBH + 5 * AS2B
+    assert p.block_replicated_bytes == 10 * SBH + LN_STATS
+    # selective recompute drops the softmax output, its dropout mask and output
+    assert p.block_core_bytes == 5 * AS2B
+    assert p.block_input_bytes == 2 * SBH  # full recompute keeps the layer's input
+    assert p.boundary_elements == SBH
+    assert p.kv_elements == 2 * SBH  # K and V, h per token each
+
+
+@pytest.mark.parametrize("t", [2, 8])
+def test_korthikanti_table_2_per_layer(gpt_profile, t):
+    plain, sp = Layout(dp=1, tp=t, pp=1), Layout(dp=1, tp=t, pp=1, sequence_parallel=True)
+    # tensor parallelism: s b h (10 + 24/t) + 5 a s^2 b / t
+    kept, working = block_activations(gpt_profile, plain)
+    assert kept == SBH * (10 + 24 / t) + 5 * AS2B / t + LN_STATS
+    assert working == 0
+    # with sequence parallelism: (34 s b h + 5 a s^2 b) / t
+    kept, _ = block_activations(gpt_profile, sp)
+    assert kept == pytest.approx((34 * SBH + 5 * AS2B + LN_STATS) / t)
+    # selective recompute: s b h (10 + 24/t), one layer's scores come back at a time
+    selective = dataclasses.replace(gpt_profile, checkpoint="selective")
+    kept, working = block_activations(selective, plain)
+    assert kept == SBH * (10 + 24 / t) + LN_STATS
+    assert working == 5 * AS2B / t
+    # selective with sequence parallelism: 34 s b h / t
+    kept, _ = block_activations(selective, sp)
+    assert kept == pytest.approx((34 * SBH + LN_STATS) / t)
+    # full recompute keeps the input, 2 s b h (split by t under sequence
+    # parallelism), and brings one whole layer back at a time
+    full = dataclasses.replace(gpt_profile, checkpoint="full")
+    kept, working = block_activations(full, plain)
+    assert kept == 2 * SBH
+    assert working == SBH * (10 + 24 / t) + 5 * AS2B / t + LN_STATS
+    kept, _ = block_activations(full, sp)
+    assert kept == 2 * SBH / t
+
+
+def test_context_parallelism_splits_every_activation(gpt_profile):
+    kept, _ = block_activations(gpt_profile, Layout(dp=1, tp=1, pp=1, cp=4))
+    assert kept == (34 * SBH + 5 * AS2B + LN_STATS) / 4
+
+
+def _profile(**changes) -> ModelProfile:
+    base = dict(
+        name="m",
+        params=1_000_000_000,
+        block_params=1_000_000_000,
+        blocks=8,
+        micro_batch=1,
+        tokens_per_sample=0,
+        precision="amp-bf16",
+        optimizer="adamw",
+        block_activations_bytes=1e8,
+        block_split_bytes=0.0,
+        block_input_bytes=1e6,
+    )
+    base.update(changes)
+    return ModelProfile(**base)
+
+
+def test_zero_states_match_the_zero_paper():
+    # Rajbhandari et al.: mixed-precision Adam keeps 2 + 2 + K bytes per
+    # parameter, K = 12 (fp32 master weights, momentum, variance).
+    p, psi, nd = _profile(), 7.5e9, 64
+    assert zero_state_bytes(p, 1, nd, psi) == (2 * psi, 2 * psi, 12 * psi / nd)
+    assert zero_state_bytes(p, 2, nd, psi) == (2 * psi, 2 * psi / nd, 12 * psi / nd)
+    assert zero_state_bytes(p, 3, nd, psi) == (2 * psi / nd, 2 * psi / nd, 12 * psi / nd)
+    # the paper's figure 1, 7.5B parameters on 64 GPUs: 31.4, 16.6 and 1.9 GB
+    assert sum(zero_state_bytes(p, 1, nd, psi)) / 1e9 == pytest.approx(31.4, abs=0.05)
+    assert sum(zero_state_bytes(p, 2, nd, psi)) / 1e9 == pytest.approx(16.6, abs=0.05)
+    assert sum(zero_state_bytes(p, 3, nd, psi)) == pytest.approx(1.875e9)
+
+
+def test_states_per_precision_and_sharding():
+    psi = 1e9
+    # FSDP "PURE" bf16: bf16 weights and gradients, an fp32 master and fp32 moments,
+    # all sharded: (2 + 2 + 4 + 8) / 8 = 2 B per parameter on 8 GPUs
+    assert sum(zero_state_bytes(_profile(precision="bf16"), 3, 8, psi)) == 16 * psi / 8
+    # unsharded bf16: torch.optim keeps its moments in the weights' dtype, 2 + 2 + 2 x 2
+    assert zero_state_bytes(_profile(precision="bf16"), 0, 1, psi) == (2 * psi, 2 * psi, 4 * psi)
+    # unsharded AMP: fp32 master + bf16 copy (6), fp32 gradients (4), fp32 moments (8)
+    assert zero_state_bytes(_profile(), 0, 1, psi) == (6 * psi, 4 * psi, 8 * psi)
+    # fp32 under ZeRO: 4 + 4 bytes and K = 8 (no separate master)
+    assert zero_state_bytes(_profile(precision="fp32"), 1, 4, psi) == (4 * psi, 4 * psi, 2 * psi)
+
+
+def test_hsdp_shards_within_a_node():
+    at = Layout(dp=16, tp=1, pp=1, sharding="hsdp", gpus_per_node=8)
+    assert (at.shard_ranks, at.replicas) == (8, 2)
+    at = Layout(dp=16, tp=2, pp=1, sharding="hsdp", gpus_per_node=8)
+    assert (at.shard_ranks, at.replicas) == (4, 4)  # 8 GPUs per node / tp 2
+    assert Layout(dp=16, tp=1, pp=1, sharding="fsdp").shard_ranks == 16
+
+
+def test_schedules_hold_their_micro_batches_in_flight():
+    # 4 stages, 8 micro-batches
+    assert parse_schedule("1f1b").in_flight(4, 8) == 4  # stage 1 holds p
+    assert parse_schedule("1f1b").in_flight(4, 8, stage=3) == 1  # the last holds one
+    assert parse_schedule("gpipe").in_flight(4, 8) == 8  # all m
+    # interleaved, V = 2: p (1 + (p - 1)/(p V)) = 4 x (1 + 3/8) = 5.5
+    assert parse_schedule("interleaved:2").in_flight(4, 8) == 5.5
+    # the bubble: (p - 1)/(m V)
+    assert parse_schedule("1f1b").bubble_share(4, 8) == 3 / 8
+    assert parse_schedule("interleaved:2").bubble_share(4, 8) == 3 / 16
+
+
+@pytest.mark.parametrize(
+    ("schedule", "in_flight"), [("1f1b", 4), ("gpipe", 8), ("interleaved:2", 5.5)]
+)
+def test_first_stage_activations_per_schedule(schedule, in_flight):
+    spec = dlperf.gpu("h100")
+    p = _profile()
+    at = Layout(dp=1, tp=1, pp=4, schedule=parse_schedule(schedule), micro_batches=8)
+    first = stage_memory(p, spec, at, "first")
+    # 8 blocks over 4 stages: 2 blocks of 1e8 bytes per micro-batch in flight
+    assert first.activations_bytes == in_flight * 2 * 1e8
+    framework = framework_memory("hopper")
+    fixed = framework.cuda_context_bytes + framework.cublas_workspace_bytes
+    assert first.overhead_bytes == int(fixed + ALLOCATOR_SLACK * first.activations_bytes)
+
+
+def test_fsdp_holds_two_gathered_blocks_and_one_block_of_gradients():
+    spec = dlperf.gpu("a100")
+    # 8 blocks of 1e8 parameters, 2e8 outside them (embeddings), bf16 math
+    p = _profile(params=1_000_000_000, block_params=800_000_000, pre_params=200_000_000)
+    at = Layout(dp=8, tp=1, pp=1, sharding="fsdp")
+    mem = memory_per_gpu(p, spec, at)
+    # (2 prefetched + 1 of gradients) x 1e8 x 2 B + the root unit gathered: 2e8 x 2 B
+    assert mem.buffers_bytes == 3 * 1e8 * 2 + 2e8 * 2
+    assert mem.weights_bytes == 2 * 1e9 / 8 and mem.optimizer_bytes == 12 * 1e9 / 8
+    # DDP's buckets copy the gradients (fp32 under AMP)
+    ddp = memory_per_gpu(p, spec, Layout(dp=8, tp=1, pp=1))
+    assert ddp.buffers_bytes == ddp.gradients_bytes == 4 * 1e9
+
+
+def test_the_loss_transient_is_split_by_a_vocabulary_parallel_head():
+    spec = dlperf.gpu("h100")
+    # a head whose logits lie in split regions: its backward working set splits by tp
+    p = _profile(post_transient_bytes=8e9, post_activations_bytes=4e9, post_split_bytes=4e9)
+    one = memory_per_gpu(p, spec, Layout(dp=1, tp=1, pp=1))
+    four = memory_per_gpu(p, spec, Layout(dp=1, tp=4, pp=1))
+    assert one.transient_bytes == 8e9 and four.transient_bytes == 2e9
+    assert one.activations_bytes - four.activations_bytes == pytest.approx(
+        (1e8 * 8 + 4e9) - (1e8 * 8 + 1e9)  # replicated blocks; the logits split by 4
+    )
+
+
+def test_the_loss_holds_tokens_x_vocabulary():
+    run = resolve(
+        "hf:gpt2:n_layer=2,n_embd=64,n_head=2,vocab_size=1000",
+        gpu="a100",
+        batch=2,
+        seq_len=32,
+        precision="amp-bf16",
+    )
+    p = profile(run, Session(), 2)
+    tokens, vocab = 2 * 32, 1000
+    # Hugging Face's causal-LM loss upcasts the logits to fp32 and saves the
+    # log-softmax: 64 x 1000 x 4 B = 256,000 B, in the split (vocabulary-parallel) region
+    log_softmax = tokens * vocab * 4
+    assert log_softmax <= p.post_split_bytes <= p.post_activations_bytes
+    # beside it only the final norm's fp32 input and the head's bf16 input (64 x 64 x 6 B)
+    # and their statistics
+    assert p.post_activations_bytes - log_softmax < tokens * 64 * 6 + 2048
+    # its backward holds the incoming gradient and its own output: twice the log-softmax
+    assert p.post_transient_bytes == 2 * log_softmax

@@ -1,0 +1,148 @@
+"""The ways a step runs (--attention, --checkpoint, --compile, --cuda-graphs,
+fp8) on every verb that takes a model, and what each changes in the result."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+import dlperf
+from dlperf.cli import main
+from dlperf.hardware.framework import framework_host
+from dlperf.host import issue_timeline
+from dlperf.run import Session, resolve
+from dlperf.tracing import trace
+
+TINY = "hf:gpt2:layers=2,n_embd=64,n_head=4,vocab_size=512,n_positions=64"
+WAYS = ["--attention", "eager", "--checkpoint", "full", "--compile", "--cuda-graphs"]
+
+
+def run_json(capsys, *argv):
+    code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("verb", ["analyze", "memory", "advise", "plan"])
+def test_every_model_verb_takes_the_run_options(capsys, verb):
+    extra = ["--gpus", "2"] if verb == "plan" else []
+    doc = run_json(
+        capsys, verb, TINY, "--gpu", "a100", "--batch", "2", "--seq-len", "32", *WAYS, *extra
+    )
+    assert doc
+
+
+def test_report_takes_the_run_options(capsys, tmp_path):
+    out = tmp_path / "r.html"
+    doc = run_json(
+        capsys, "report", TINY, "--gpu", "a100", "--batch", "2", *WAYS, "--out", str(out)
+    )
+    assert doc["out"] == str(out) and out.stat().st_size > 0
+
+
+def test_measure_refuses_what_it_cannot_run(capsys):
+    code = main(["measure", TINY, "--compile"])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "--compile" in err
+
+
+def test_checkpoint_full_recomputes_the_blocks_forward(capsys):
+    base = ["analyze", TINY, "--gpu", "a100", "--batch", "2", "--seq-len", "32"]
+    plain = run_json(capsys, *base)
+    full = run_json(capsys, *base, "--checkpoint", "full")
+    assert "recompute" not in plain["phases"] and full["checkpoint"] == "full"
+    # every forward op inside the two blocks runs again; what lies outside
+    # them (embeddings, final norm, head, loss) does not
+    block_forward = sum(
+        op["flops"]
+        for op in plain["ops"]
+        if op["phase"] == "forward" and op["module"].startswith("transformer.h.")
+    )
+    assert full["phases"]["recompute"]["flops"] == pytest.approx(block_forward)
+    assert full["step_time_s"] > plain["step_time_s"]
+
+
+def test_compile_fuses_kernels_and_reports_them(capsys):
+    base = ["analyze", TINY, "--gpu", "a100", "--batch", "2", "--seq-len", "32"]
+    eager = run_json(capsys, *base)
+    compiled = run_json(capsys, *base, "--compile")
+    fusion = compiled["compile"]
+    assert eager["compile"] is None
+
+    def step_kernels(doc):  # the optimizer runs eager after the compiled graphs
+        return sum(op["kernels"] for op in doc["ops"] if op["phase"] != "optimizer")
+
+    assert fusion["kernels_before"] == step_kernels(eager)
+    assert fusion["kernels_after"] == step_kernels(compiled) < fusion["kernels_before"]
+
+
+def test_step_time_holds_the_host_and_cuda_graphs_remove_it(capsys):
+    # batch 1 x 8 tokens of a tiny model: every kernel is shorter than its launch
+    base = ["analyze", TINY, "--gpu", "h100", "--batch", "1", "--seq-len", "8"]
+    eager = run_json(capsys, *base)
+    graphs = run_json(capsys, *base, "--cuda-graphs")
+    assert eager["step_time_s"] > eager["totals"]["time_s"]  # the GPU waits for the host
+    assert eager["host"]["idle_s"] > 0
+    assert graphs["host"]["idle_s"] < eager["host"]["idle_s"]
+    assert graphs["step_time_s"] < eager["step_time_s"]
+
+
+def test_attention_choice_is_said(capsys):
+    doc = run_json(capsys, "analyze", TINY, "--gpu", "a100", "--batch", "2", "--seq-len", "32")
+    notes = {n for op in doc["ops"] if op["family"] == "attention" for n in op["notes"]}
+    assert any(n.startswith("attention: flash") for n in notes)
+
+
+class Scores(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x @ x.transpose(-1, -2), dim=-1)
+
+
+def _softmax_dtype(autocast_device: str) -> torch.dtype:
+    x = torch.empty(2, 16, 16, device="meta")
+    recorded = trace(
+        Scores(), x, training=False, precision="amp-fp16", autocast_device=autocast_device
+    )
+    return next(e.outputs[0].dtype for e in recorded.events if "softmax" in e.op)
+
+
+def test_cuda_autocast_runs_softmax_in_float32():
+    # torch.amp's documented CUDA list runs softmax in float32; CPU autocast
+    # leaves it in the input's half precision
+    assert _softmax_dtype("cuda") == torch.float32
+    assert _softmax_dtype("cpu") == torch.float16
+
+
+def test_fp16_amp_steps_run_the_grad_scaler_and_wait_for_it():
+    session = Session()
+    fp16 = session.analysis(resolve(TINY, gpu="a100", precision="amp-fp16", batch=2, seq_len=32))
+    bf16 = session.analysis(resolve(TINY, gpu="a100", precision="amp-bf16", batch=2, seq_len=32))
+    scaler = [r for r in fp16.rows if r.op == "amp.grad_scaler"]
+    assert len(scaler) == 1 and scaler[0].host_sync
+    assert not [r for r in bf16.rows if r.op == "amp.grad_scaler"]
+    # unscale reads and writes every fp32 gradient once: 2 x 4 B per parameter
+    assert scaler[0].bytes == pytest.approx(8 * fp16.params, rel=0.01)
+
+
+class _Row:
+    def __init__(self, time_s, phase="forward", host_sync=False):
+        self.time_s, self.phase, self.host_sync = time_s, phase, host_sync
+        self.kernels, self.host_ops = 1, 1
+
+
+def test_a_sync_makes_the_host_wait_for_the_gpu():
+    a100 = dlperf.gpu("a100")
+    host = framework_host(a100.architecture)
+    issue = host.eager_op_host_s + host.kernel_launch_host_s
+    long, short = 1e-3, 1e-9
+    rows = [_Row(long), _Row(short, "optimizer")]
+    free = issue_timeline(rows, a100)
+    synced = issue_timeline([_Row(long, host_sync=True), _Row(short, "optimizer")], a100)
+    # without a sync the second op is issued while the first runs: step = issue + long + short
+    assert free.step_s == pytest.approx(issue + long + short)
+    # with one the host waits for the first to end, then issues the second:
+    # step = issue + long + issue + short
+    assert synced.step_s == pytest.approx(2 * issue + long + short)

@@ -1,0 +1,222 @@
+"""`dlperf serve`: LLM inference with a KV cache, on tiny decoders traced on
+fake tensors. Expected values are derived in the comments."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import dlperf
+from dlperf.errors import DlperfError
+from dlperf.run import Session
+from dlperf.serving import serve
+from dlperf.serving.collectives import collective_time_s
+from dlperf.serving.quant import GROUP_SIZE, SCALE_BYTES
+from dlperf.serving.result import linear_rows
+from dlperf.serving.timeline import decode_points, mean_decode_s, micro_batches
+
+# GPT-2 shaped: 2 layers, hidden 128, 4 heads of 32, MLP 512, vocab 50257, 1024 positions.
+GPT = "hf:gpt2:layers=2,n_embd=128,n_head=4"
+HIDDEN, LAYERS, HEADS, HEAD_DIM, VOCAB = 128, 2, 4, 32, 50257
+# Its linear layers per block: c_attn 128x384, attn.c_proj 128x128, c_fc 128x512,
+# mlp.c_proj 512x128 = 49152 + 16384 + 65536 + 65536 = 196608 weights.
+BLOCK_LINEAR_WEIGHTS = 128 * 384 + 128 * 128 + 128 * 512 + 512 * 128
+# Llama shaped with grouped-query attention: 4 query heads, 2 KV heads of 32.
+LLAMA = "hf:llama:layers=2,hidden=128,heads=4,kv_heads=2,mlp=256,vocab=1000"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def session():
+    return Session()
+
+
+@pytest.fixture(scope="module")
+def gpt(session):
+    return serve(GPT, gpu="a100", input_len=16, output_len=5, batch=3, session=session)
+
+
+@pytest.fixture(scope="module")
+def gpt_tp2(session):
+    return serve(GPT, gpu="a100", input_len=16, output_len=5, batch=3, tp=2, session=session)
+
+
+def test_kv_cache_bytes_per_token(gpt, session):
+    # layers x 2 (K and V) x kv_heads x head_dim x bytes = 2 x 2 x 4 x 32 x 2 = 1024
+    assert gpt.kv_cache_bytes_per_token == LAYERS * 2 * HEADS * HEAD_DIM * 2 == 1024
+    llama = serve(LLAMA, gpu="a100", input_len=8, output_len=3, batch=2, tp=2, session=session)
+    # grouped-query: 2 KV heads, not 4: 2 x 2 x 2 x 32 x 2 = 512; tp 2 keeps one each: 256
+    assert llama.kv_cache_bytes_per_token == 2 * 2 * 2 * 32 * 2 == 512
+    assert llama.kv_cache_bytes_per_token_per_gpu == 256
+    fp8 = serve(GPT, gpu="h100", input_len=16, output_len=5, batch=3, kv_cache_dtype="fp8")
+    assert fp8.kv_cache_bytes_per_token == 512  # 1 B per element
+    # the cache holds prompt + output tokens of every sequence: 1024 x (16 + 5) x 3
+    assert gpt.memory["kv_cache_bytes"] == 1024 * 21 * 3
+
+
+def test_decode_flops_per_step(gpt):
+    step = gpt.decode
+    # linear layers: 2 FLOPs per weight per token, batch 3 -> 2 x 196608 x 2 layers x 3,
+    # plus the LM head over the vocabulary: 2 x 128 x 50257 x 3
+    linear = 2 * BLOCK_LINEAR_WEIGHTS * LAYERS * 3 + 2 * HIDDEN * VOCAB * 3
+    assert step.extra["linear_flops"] == linear
+    # attention over the cache (the middle step: 16 + 1 cached, + the new token = 19 keys):
+    # Q K^T and P V, 2 x 2 x b x h x L x d = 4 x 3 x 4 x 19 x 32 per layer
+    cached = gpt.decode.extra["cached_tokens"][1]
+    assert step.extra["attention_flops"] == 4 * 3 * HEADS * (cached + 1) * HEAD_DIM * LAYERS
+    # the rest (norms, GELU, sampling) is small: ~ 2 x params x batch + attention
+    assert step.flops == pytest.approx(linear + step.extra["attention_flops"], rel=0.3)
+
+
+def test_weight_bytes_per_step(gpt, gpt_tp2, session):
+    # every linear weight once per step, 2 B each, LM head included
+    weights = (BLOCK_LINEAR_WEIGHTS * LAYERS + HIDDEN * VOCAB) * 2
+    assert gpt.decode.weight_bytes == weights
+    # tensor parallel: each GPU reads half of every matrix (the vocabulary split as
+    # ceil(50257 / 2) = 25129 columns)
+    assert gpt_tp2.decode.weight_bytes == (BLOCK_LINEAR_WEIGHTS * LAYERS / 2 + HIDDEN * 25129) * 2
+    int4 = serve(GPT, gpu="a100", precision="int4-weight", input_len=16, output_len=5, batch=3)
+    # int4 weights with one fp16 scale per 128: 0.5 + 2/128 B in the blocks; the LM head fp16
+    per = 0.5 + SCALE_BYTES / GROUP_SIZE
+    assert int4.decode.weight_bytes == BLOCK_LINEAR_WEIGHTS * LAYERS * per + HIDDEN * VOCAB * 2
+
+
+def test_tp_all_reduces(gpt_tp2):
+    rows = gpt_tp2.decode.extra["collectives"]
+    reduces = [c for c in rows if c["op"] == "nccl.all_reduce"]
+    # two per layer (after attention and after the MLP), each of b x tokens x hidden x 2 B
+    assert len(reduces) == 2 * LAYERS
+    assert all(c["bytes"] == 3 * 1 * HIDDEN * 2 for c in reduces)
+    # the LM head's logits are gathered before sampling: b x vocab x 2 B
+    gathers = [c for c in rows if c["op"] == "nccl.all_gather"]
+    assert [c["bytes"] for c in gathers] == [3 * VOCAB * 2]
+
+
+def test_weight_only_int4_speeds_up_weight_bound_decode(session):
+    # hidden 4096: c_fc alone is 4096 x 16384 x 2 B = 134 MB, read once per step at batch 1
+    big = "hf:gpt2:layers=2,n_embd=4096,n_head=32,vocab_size=1024"
+    fp16 = serve(big, gpu="a100", input_len=8, output_len=2, batch=1, session=session)
+    int4 = serve(
+        big,
+        gpu="a100",
+        precision="int4-weight",
+        input_len=8,
+        output_len=2,
+        batch=1,
+        session=session,
+    )
+    assert "weight-read bound" in fp16.notes[0]
+    # blocks: 2 x (4096 x 12288 + 4096 x 4096 + 2 x 4096 x 16384) weights at 0.5 + 2/128 B,
+    # the 1024-word LM head (4096 x 1024) at 2 B, against all of them at 2 B
+    blocks, head = 2 * (4096 * 12288 + 4096 * 4096 + 2 * 4096 * 16384), 4096 * 1024
+    assert int4.decode.weight_bytes == blocks * (0.5 + 2 / 128) + head * 2
+    assert fp16.decode.weight_bytes == (blocks + head) * 2  # ratio 0.265
+
+    def linear_s(report):
+        return sum(o["time_s"] for o in report.decode.top_ops if o["op"].endswith("mm.default"))
+
+    # the linear layers stream a quarter of the bytes (plus a launch each): well under half
+    assert linear_s(int4) < 0.4 * linear_s(fp16)
+    assert int4.tpot_s < 0.6 * fp16.tpot_s
+
+
+def test_request_times_add_up(gpt):
+    # FasterTransformer's loop: the prompt's forward gives token 1, then O - 1 decode steps
+    assert gpt.latency_s == pytest.approx(gpt.ttft_s + (5 - 1) * gpt.tpot_s)
+    assert gpt.output_tokens_per_s == pytest.approx(3 * 5 / gpt.latency_s)
+    assert gpt.fits and gpt.max_batch > 3
+
+
+def test_decode_interpolation():
+    # cache lengths 16 .. 16 + 5 - 2 = 19: traced at 16, 17 and 19
+    assert decode_points(16, 5) == [16, 17, 19]
+    # linear in the cache length: the mean of f(16..19) with f(L) = L is 17.5
+    assert mean_decode_s([16, 17, 19], [16.0, 17.0, 19.0], 16, 5) == pytest.approx(17.5)
+
+
+def test_pipeline_micro_batches():
+    # FasterTransformer: b/pp when it divides, halved while a micro-batch holds > 1024 tokens
+    assert micro_batches(8, 1, 2) == 2  # decode: 4 sequences each
+    assert micro_batches(8, 1024, 2) == 8  # 4 x 1024 > 1024 -> 2 x 1024 > 1024 -> 1
+    assert micro_batches(3, 1, 2) == 1  # 2 does not divide 3
+    assert micro_batches(8, 1, 1) == 1
+
+
+def test_small_all_reduce_against_llmcompass():
+    # LLMCompass measured 12.52 us for an 8-byte all-reduce over 4 NVLink A100s
+    # (../shared/data/llmcompass/allreduce.csv): launch 6.2 us + NCCL's ring LL 6.4 us
+    assert collective_time_s("all_reduce", 8, 4, dlperf.gpu("a100")) == pytest.approx(
+        12.52e-6, rel=0.05
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"input_len": 0}, "--input-len must be a positive"),
+        ({"output_len": -1}, "--output-len must be a positive"),
+        ({"precision": "fp8"}, "no fp8 Tensor Cores"),
+        ({"batch": 10**6}, "largest batch that fits is"),
+        ({"kv_cache_dtype": "fp4"}, "unknown --kv-cache-dtype"),
+    ],
+)
+def test_bad_input_is_one_line(kwargs, message, session):
+    options = {"gpu": "a100", "input_len": 16, "output_len": 4, "batch": 1, **kwargs}
+    with pytest.raises(DlperfError, match=message) as err:
+        serve(GPT, session=session, **options)
+    assert "\n" not in str(err.value)
+
+
+def test_encoder_is_refused():
+    with pytest.raises(DlperfError, match="not a causal language model"):
+        serve("hf:bert:layers=2,hidden=64,heads=2,mlp=128", input_len=8, output_len=2)
+
+
+def test_json_keys(gpt):
+    doc = json.loads(json.dumps(gpt.to_dict()))
+    for key in (
+        "ttft_s",
+        "tpot_s",
+        "latency_s",
+        "output_tokens_per_s",
+        "output_tokens_per_s_per_gpu",
+        "memory_per_gpu_bytes",
+        "kv_cache_bytes_per_token",
+        "fits",
+        "max_batch",
+    ):
+        assert key in doc
+    assert set(doc["memory_per_gpu"]) >= {"weights_bytes", "kv_cache_bytes", "activations_bytes"}
+    for phase in ("prefill", "decode"):
+        assert doc[phase]["top_ops"] and {"op", "bound", "time_s"} <= set(doc[phase]["top_ops"][0])
+
+
+def test_linear_rows_are_the_weight_gemms(gpt):
+    # 4 linear layers per block, 2 blocks, and the LM head
+    assert gpt.decode.extra["linear_ops"] == 4 * LAYERS + 1
+    assert linear_rows([]) == []
+
+
+def test_command_line_json_and_errors(capsys):
+    from dlperf.cli import main
+
+    argv = ["serve", GPT, "--input-len", "8", "--output-len", "2", "--batch", "2", "--tp", "2"]
+    assert main([*argv, "--json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)  # exactly one document
+    assert err == "" and doc["tp"] == 2 and doc["batch"] == 2
+    assert main([*argv, "--precision", "fp8"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and "fp8" in err
+
+
+def test_users_decoder_file(session):
+    # tests/tiny_decoder.py: 2 layers, 4 heads of 16: 2 x 2 x 4 x 16 x 2 B = 512 per token
+    path = str(Path(__file__).with_name("tiny_decoder.py")) + ":model"
+    report = serve(path, gpu="a100", input_len=8, output_len=3, batch=2, session=session)
+    assert report.kv_cache_bytes_per_token == 2 * 2 * 4 * 16 * 2
+    assert report.decode.extra["linear_ops"] == 4 * 2 + 1
+    with pytest.raises(DlperfError, match="takes no past_key_values"):
+        serve(str(ROOT / "examples" / "tiny_cnn.py") + ":model", input_len=8, output_len=2)
