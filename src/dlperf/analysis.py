@@ -229,7 +229,8 @@ class Analysis:
         }
 
 
-def _dtype_of(tensors: list, event, cost: Cost) -> str:
+def dtype_of(tensors: list, event, cost: Cost) -> str:
+    """The dtype an op is reported (and priced) in: its GEMMs', else its first tensor's."""
     if cost.gemms:
         return cost.gemms[0].dtype
     ts = tensors or list(event.outputs)
@@ -248,7 +249,8 @@ _PHASES = {p.value: p for p in Phase}
 _NOTED = (LossKind.LAYOUT, LossKind.REREAD)
 
 
-def _row(event, tensors, found: Costed, timing: Timing, dtype: str, supported: bool) -> OpRow:
+def op_row(event, tensors, found: Costed, timing: Timing, dtype: str, supported: bool) -> OpRow:
+    """One priced op as the analysis reports it."""
     cost = found.cost
     notes = [loss.describe() for loss in timing.losses if loss.kind in _NOTED]
     if found.remarks:
@@ -306,9 +308,9 @@ def analyze_trace(
     rows = []
     for event, found in priced:
         tensors = event.tensors()
-        dtype = _dtype_of(tensors, event, found.cost)
+        dtype = dtype_of(tensors, event, found.cost)
         timing = time(found.cost, spec, dtype, timer)
-        row = _row(event, tensors, found, timing, dtype, event.op not in unsupported)
+        row = op_row(event, tensors, found, timing, dtype, event.op not in unsupported)
         if event.info:
             row.host_ops = event.info.get("host_ops", 1)
             row.host_sync = event.info.get("host_sync", False)

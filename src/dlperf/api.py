@@ -245,14 +245,18 @@ def measure(
     return measure_model(name, runnable, inputs, predicted, device, policy, training, steps)
 
 
-def report(analysis, path, memory=None, advice=None, measurement=None) -> str:
-    """Write the HTML report of an analysis (and optional memory, advice and
-    measurement) to `path`; returns the path."""
+def report(analysis, path, memory=None, advice=None, measurement=None, serving=None) -> str:
+    """Write the HTML report of an analysis (and optional memory, advice,
+    measurement and serving) to `path`; returns the path.
+
+    `serving` is a `dlperf.serving.sweep.serving_sweep(run)` result: the
+    Serving section (a decoder's latency and throughput against the batch
+    size, the memory limit marked), or the line saying why it is absent."""
     from pathlib import Path
 
     from .rendering.html import render
 
-    page = render(analysis, memory, advice, measurement)
+    page = render(analysis, memory, advice, measurement, serving)
     try:
         Path(path).write_text(page)
     except OSError as err:

@@ -145,13 +145,31 @@ def cmd_report(args: Namespace) -> None:
 
     writable_file(args.out)
     with Spinner(f"analysing {args.model}", quiet=args.json) as progress:
-        # one run, one session: the analysis, the memory and the advice share one trace
+        # one run, one session: the analysis, the memory, the advice and serving share traces
         run, session = resolve(**model_options(args)), Session()
+        served = _serving(args, run, session)  # first: --serve's error comes at once
         result = analyze(run, progress=progress, session=session)
         mem = memory(run, session=session) if args.train else None
         findings = None if args.no_advice else advise(run, session=session)
-    report(result, args.out, memory=mem, advice=findings)
+    report(result, args.out, memory=mem, advice=findings, serving=served)
     show({"out": args.out}, text.written, args.json)
+
+
+def _serving(args: Namespace, run, session):
+    """The report's Serving section with --serve (else None): the sweep, in
+    the report's precision when it is a serving one (`serving_precision`)."""
+    if not args.serve:
+        return None
+    from ..serving.sweep import serving_sweep
+
+    return serving_sweep(
+        run,
+        precision=run.precision.name,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        session=session,
+        required=bool(args.serve),
+    )
 
 
 def cmd_sweep(args: Namespace) -> None:

@@ -39,6 +39,18 @@ class Verb:
 
 
 WITH_MODEL = (MODEL, *MODEL_OPTIONS)
+# The report's Serving section, on request (it prices a dozen batch sizes):
+# a model that is not a decoder is then an error.
+REPORT_SERVE = (
+    option(
+        "--serve",
+        action="store_true",
+        help="add the Serving section: latency and throughput against batch size, the memory "
+        "limit marked (decoder models)",
+    ),
+    option("--input-len", type=positive_int, default=128, help="serving: prompt tokens"),
+    option("--output-len", type=positive_int, default=128, help="serving: generated tokens"),
+)
 
 VERBS = (
     Verb("gpus", "list the bundled GPU catalogue", do.cmd_gpus, JSON),
@@ -86,6 +98,7 @@ VERBS = (
             *WITH_MODEL,
             option("--out", required=True, help="HTML file to write"),
             option("--no-advice", action="store_true", help="leave out the findings"),
+            *REPORT_SERVE,
         ),
     ),
     Verb("sweep", "predicted curves that redraw the guides' figures", do.cmd_sweep, SWEEP),

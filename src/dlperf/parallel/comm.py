@@ -39,10 +39,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..hardware.spec import SPECS_DIR, tomllib
+from .collectives import collective_time_s, send_time_s
 from .compute import StageTimes
 from .layout import Layout
 from .memory import math_weight_bytes, stage_blocks
-from .network import Interconnect, ring_time_s, send_time_s
+from .network import Interconnect
 from .profile import ModelProfile
 
 with open(SPECS_DIR / "_framework_comm.toml", "rb") as _f:
@@ -93,8 +94,7 @@ class _Ring:
 
 
 def _ring(op: str, group: str, nbytes: float, ranks: int, stride: int, net: Interconnect) -> _Ring:
-    bandwidth = net.ring_bytes_per_s(ranks, stride)
-    return _Ring(op, group, nbytes, ring_time_s(op, nbytes, ranks, bandwidth, net.latency_s))
+    return _Ring(op, group, nbytes, collective_time_s(op, nbytes, ranks, net, stride))
 
 
 def _per_micro_batch(
@@ -125,8 +125,7 @@ def _per_micro_batch(
     if at.ep > 1 and profile.moe_layers:
         tokens = profile.moe_tokens / (at.cp * at.activation_split)
         nbytes = tokens * profile.top_k * profile.moe_hidden * profile.activation_itemsize
-        bandwidth = net.ring_bytes_per_s(at.ep, at.tp * at.cp)
-        one = ring_time_s("all_to_all", nbytes, at.ep, bandwidth, net.latency_s)
+        one = collective_time_s("all_to_all", nbytes, at.ep, net, at.tp * at.cp)
         calls = 4 * profile.moe_layers * blocks / max(profile.blocks, 1)
         out.append((_Ring("all_to_all", "ep", nbytes, one), calls, calls * one))
     if at.zero >= 3 and at.dp > 1:
@@ -214,8 +213,7 @@ def _sends(profile: ModelProfile, net: Interconnect, at: Layout) -> _Ring | None
         return None
     nbytes = profile.boundary_elements * profile.activation_itemsize / (at.cp * at.tp)
     across = at.gpus > net.gpus_per_node
-    bandwidth = net.point_to_point_bytes_per_s(across)
-    return _Ring("send", "pp", nbytes, send_time_s(nbytes, bandwidth, net.latency_s))
+    return _Ring("send", "pp", nbytes, send_time_s(nbytes, net, across))
 
 
 def collectives(

@@ -50,6 +50,11 @@ class Interconnect:
     node_network_bytes_per_s: float = 0.0
     # The most bus bandwidth NCCL's model gives a ring within a node (None: the link's).
     ring_bus_cap_bytes_per_s: float | None = None
+    # "nvlink" or "pcie": the link NCCL's cost model prices (parallel/collectives.py);
+    # None (links built by hand or measured): the plain ring model with `latency_s`.
+    intra_link: str | None = None
+    architecture: str = ""  # the GPU family: NCCL's channels and protocol caps
+    kernel_latency_s: float = 0.0  # the launch every collective kernel pays
 
     @property
     def node_network(self) -> float:
@@ -95,7 +100,17 @@ def interconnect_for(
     inter = min(intra, network / gpus_per_node)
     # NCCL's tuning model caps an sm80 ring's bus bandwidth (nccl src/graph/tuning.cc)
     cap = _NCCL_BUS_CAP.get(spec.architecture) if spec.nvlink_bandwidth_bytes_per_s else None
-    return Interconnect(intra, inter, RING_STEP_LATENCY_S, gpus_per_node, network, cap)
+    return Interconnect(
+        intra,
+        inter,
+        RING_STEP_LATENCY_S,
+        gpus_per_node,
+        network,
+        cap,
+        intra_link="nvlink" if spec.nvlink_bandwidth_bytes_per_s else "pcie",
+        architecture=spec.architecture,
+        kernel_latency_s=spec.efficiency.kernel_latency_s,
+    )
 
 
 def ring_time_s(

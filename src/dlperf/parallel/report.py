@@ -85,6 +85,7 @@ def _network(run, gpus, gpus_per_node, node_network_bytes_per_s, measured):
             node_network_bytes_per_s=bandwidth * net.gpus_per_node,
             ring_bus_cap_bytes_per_s=None,
             latency_s=measured.get("latency_s", net.latency_s),
+            intra_link=None,  # measured: the plain ring model with the measured latency
         )
     return net
 

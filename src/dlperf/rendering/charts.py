@@ -220,3 +220,47 @@ def scatter_svg(title, xs, ys, xlabel, ylabel) -> str:
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     return svg(fig)
+
+
+def lines_svg(
+    title: str,
+    xs: list[float],
+    series: dict[str, list[float]],
+    xlabel: str,
+    ylabel: str,
+    limit: tuple[float, str] | None = None,
+    marks: dict[str, float] | None = None,
+    log_y: bool = False,
+) -> str:
+    """Lines against a power-of-two x axis (one per series, gid `series-I`);
+    `limit` (x, label): a red line (gid `limit`, its label as hover text) with
+    the region beyond it shaded; `marks` label -> x: grey dotted lines."""
+    fig, ax = figure(6, 3.6)
+    for i, (label, ys) in enumerate(series.items()):
+        ax.plot(xs, ys, marker="o", ms=3, lw=1.2, label=label, gid=f"series-{i}")
+    ax.set_xscale("log", base=2)
+    if log_y:
+        ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(_plain_numbers())  # after the scales, which reset it
+    ax.yaxis.set_major_formatter(_plain_numbers())
+    right = max(xs) * 1.3  # the shaded region reaches the edge
+    ax.set_xlim(min(xs) / 1.3, right)
+    for label, x in (marks or {}).items():
+        ax.axvline(x, color="#777", ls=":", lw=1, label=label)
+    if limit is not None and limit[0] < right:
+        x, label = limit
+        ax.axvspan(x, right, color="#c00", alpha=0.08, lw=0)
+        ax.axvline(x, color="#c00", ls="--", lw=1, label=label, gid="limit")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)  # off the lines
+    text = svg(fig)
+    return _add_titles(text, "limit", [html.escape(limit[1])]) if limit else text
+
+
+def _plain_numbers():
+    """Tick labels as numbers with thousands separators (1,024, not 2^10 or 1e6 offsets)."""
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:g}")

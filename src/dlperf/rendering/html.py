@@ -1,6 +1,7 @@
 """A self-contained HTML report: summary, roofline, breakdowns, GEMM table,
-memory, findings and measurements. The charts are drawn by charts.py; this
-module lays them out with the tables, one function per section."""
+memory, findings, measurements and serving (html_serve.py). The charts are
+drawn by charts.py; this module lays them out with the tables, one function
+per section."""
 
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ STYLE = (
 )
 
 
-def render(analysis, memory=None, advice=None, measurement=None) -> str:
-    """The page: the analysis always; memory, findings and measurements when given."""
+def render(analysis, memory=None, advice=None, measurement=None, serving=None) -> str:
+    """The page: the analysis always; memory, findings, measurements and
+    serving (a `serving.sweep.ServingSweep`) when given."""
     title = f"dlperf: {html.escape(analysis.model)} on {html.escape(analysis.gpu)}"
     parts = [f"<h1>{title}</h1>", _lead(analysis, memory), *_where_the_time_goes(analysis)]
     parts.append("<h2>GEMMs</h2>" + _gemms(analysis))
@@ -46,6 +48,10 @@ def render(analysis, memory=None, advice=None, measurement=None) -> str:
         parts.append(_findings(advice))
     if measurement is not None:
         parts.append(_measured(measurement))
+    if serving is not None:
+        from .html_serve import serving_section  # it builds on this module's tables
+
+        parts.append(serving_section(serving))
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>dlperf report: {html.escape(analysis.model)}</title><style>{STYLE}</style>"

@@ -26,14 +26,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..analysis import OpRow
-from ..dtypes import name_of
+from ..analysis import OpRow, dtype_of, op_row
 from ..hardware import HardwareSpec
 from ..kinds import Bound, Category, Phase
 from ..models import LoadedModel, load_model
 from ..ops import CostContext, costed, fallback
 from ..pricing import GemmTimer, time
-from ..roofline import arithmetic_intensity
 from ..run import Run, Session
 from ..tracing import repeated_blocks, within
 from .cache import step_inputs
@@ -154,34 +152,14 @@ def price_trace(recorded, engine: Engine, tp: int | None = None):
 def _row(event, found, spec: HardwareSpec, timer: GemmTimer, unsupported) -> OpRow:
     cost = found.cost
     tensors = event.tensors()
-    if cost.gemms:
-        dtype = cost.gemms[0].dtype
-    else:
-        ts = tensors or list(event.outputs)
-        dtype = name_of(ts[0].dtype, str(ts[0].dtype)) if ts else ""
+    dtype = dtype_of(tensors, event, cost)
     if any(g.role == GEMV_ROLE for g in cost.gemms):  # a kernel that streams its weights
         timing = time(dataclasses.replace(cost, gemms=()), spec, dtype, timer)
     else:
         timing = time(cost, spec, dtype, timer)
-    row = OpRow(
-        module=event.module,
-        op=event.op,
-        phase=Phase.FORWARD,
-        category=found.category or Category.OTHER,
-        family=found.family or "",
-        shapes=[list(t.shape) for t in tensors],
-        dtype=dtype,
-        flops=cost.flops,
-        bytes=timing.bytes,
-        arithmetic_intensity=arithmetic_intensity(cost.flops, timing.bytes),
-        bound=timing.bound,
-        time_s=timing.seconds,
-        kernels=cost.kernels,
-        gemms=list(timing.gemms),
-        notes=list(found.remarks),
-        supported=event.op not in unsupported,
-        losses=timing.losses,
-    )
+    labelled = found._replace(category=found.category or Category.OTHER, family=found.family or "")
+    row = op_row(event, tensors, labelled, timing, dtype, event.op not in unsupported)
+    row.phase = Phase.FORWARD
     row.host_ops = 0  # an engine's C++ runtime: a launch per kernel, no framework op
     row.weight_gemms = cost.gemms  # the GEMMs as costed (a GEMV's too)
     return row
