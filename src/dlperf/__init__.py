@@ -23,12 +23,11 @@ The public API (names are a contract, see docs/design.md):
 
 from .advice.engine import advise, fix
 from .analysis import Analysis
-from .api import analyze, measure, memory, plan, report
+from .api import analyze, measure, memory, plan, report, serve
 from .api import profile_trace as trace
 from .errors import DlperfError
 from .gemm import GemmResult, gemm
 from .hardware import HardwareSpec, gpu, gpus
-from .serving import serve
 
 __all__ = [
     "Analysis",

@@ -15,7 +15,16 @@ from .hardware import gpu as get_gpu
 from .precision import resolve_for
 from .run import Run, Session, resolve, resolve_model
 
-__all__ = ["analyze", "measure", "memory", "plan", "profile_trace", "report", "resolve_model"]
+__all__ = [
+    "analyze",
+    "measure",
+    "memory",
+    "plan",
+    "profile_trace",
+    "report",
+    "resolve_model",
+    "serve",
+]
 
 
 def analyze(
@@ -262,3 +271,13 @@ def report(analysis, path, memory=None, advice=None, measurement=None, serving=N
     except OSError as err:
         raise DlperfError(f"cannot write {path}: {err.strerror or err}") from None
     return str(path)
+
+
+def serve(model, **options):
+    """Predict serving a decoder LLM: time to first token, time per output
+    token, throughput, memory and the largest batch that fits (see
+    `dlperf.serving.serve` for the options). Imported on first use: serving
+    loads transformers' cache classes."""
+    from .serving import serve as serve_model
+
+    return serve_model(model, **options)
