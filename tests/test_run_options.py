@@ -77,6 +77,9 @@ def test_compile_fuses_kernels_and_reports_them(capsys):
 
     assert fusion["kernels_before"] == step_kernels(eager)
     assert fusion["kernels_after"] == step_kernels(compiled) < fusion["kernels_before"]
+    # the report's side-by-side: the unfused step as `analyze` without --compile prices it
+    assert fusion["eager_step_s"] == pytest.approx(eager["step_time_s"])
+    assert compiled["step_time_s"] < eager["step_time_s"]
 
 
 def test_step_time_holds_the_host_and_cuda_graphs_remove_it(capsys):

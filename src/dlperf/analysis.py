@@ -296,25 +296,18 @@ def analyze_trace(
     kernels sets the step's time (`host.issue_timeline`; `cuda_graphs`
     replays the step in one launch)."""
     priced, unsupported = _costed(trace, checkpoint)
-    fusion = None
-    if compiled:
-        priced, fusion = fuse(priced, trace)
+    after = []  # the optimizer step, eager after the (compiled) forward and backward
     if trace.training and optimizer:
         if uses_loss_scaling(trace):
-            priced.append(grad_scaler_cost(trace))
-        priced.append(optimizer_cost(trace, optimizer, spec))
-    timer = GemmTimer(spec)
-    timer.prepare([g for _, found in priced for g in found.cost.gemms])
-    rows = []
-    for event, found in priced:
-        tensors = event.tensors()
-        dtype = dtype_of(tensors, event, found.cost)
-        timing = time(found.cost, spec, dtype, timer)
-        row = op_row(event, tensors, found, timing, dtype, event.op not in unsupported)
-        if event.info:
-            row.host_ops = event.info.get("host_ops", 1)
-            row.host_sync = event.info.get("host_sync", False)
-        rows.append(row)
+            after.append(grad_scaler_cost(trace))
+        after.append(optimizer_cost(trace, optimizer, spec))
+    fusion = None
+    if compiled:
+        # the same step unfused, for the report's side-by-side
+        eager = _rows(priced + after, spec, unsupported)
+        priced, fusion = fuse(priced, trace)
+        fusion.eager_step_s = issue_timeline(eager, spec, cuda_graphs=cuda_graphs).step_s
+    rows = _rows(priced + after, spec, unsupported)
     batch, tokens = _batch_and_tokens(trace)
     return Analysis(
         model=model_name,
@@ -335,6 +328,23 @@ def analyze_trace(
         host=issue_timeline(rows, spec, cuda_graphs=cuda_graphs, compiled=compiled),
         fusion=fusion,
     )
+
+
+def _rows(priced: list[tuple], spec: HardwareSpec, unsupported: Counter) -> list[OpRow]:
+    """Each priced event timed on `spec`, as the analysis' rows."""
+    timer = GemmTimer(spec)
+    timer.prepare([g for _, found in priced for g in found.cost.gemms])
+    rows = []
+    for event, found in priced:
+        tensors = event.tensors()
+        dtype = dtype_of(tensors, event, found.cost)
+        timing = time(found.cost, spec, dtype, timer)
+        row = op_row(event, tensors, found, timing, dtype, event.op not in unsupported)
+        if event.info:
+            row.host_ops = event.info.get("host_ops", 1)
+            row.host_sync = event.info.get("host_sync", False)
+        rows.append(row)
+    return rows
 
 
 def _costed(trace: Trace, checkpoint: str) -> tuple[list[tuple], Counter]:

@@ -98,12 +98,14 @@ class FusionSummary:
     groups: list[FusedGroup] = field(default_factory=list)  # most frequent first
     folded: list[Fold] = field(default_factory=list)
     ops_fused: int = 0  # ops that became part of a fused kernel
+    eager_step_s: float = 0.0  # the same step run eagerly (set by the analysis)
 
     def to_dict(self) -> dict:
         return {
             "kernels_before": self.kernels_before,
             "kernels_after": self.kernels_after,
             "ops_fused": self.ops_fused,
+            "eager_step_s": self.eager_step_s,
             "groups": [
                 {"ops": list(g.ops), "count": g.count, "kernels": g.kernels} for g in self.groups
             ],
