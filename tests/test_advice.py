@@ -352,3 +352,16 @@ def test_fixes_compose_when_they_touch_the_same_layers():
     fused = engine.apply(model, "fuse-qkv", x, gpu="a100", precision="amp-fp16")
     assert both.applied == ["align-linear", "fuse-qkv"]
     assert both.predicted_time_after_s == fused.predicted_time_after_s
+
+
+def test_memory_bound_share_is_priced_by_compiling_the_step():
+    # the rule's gain is the step analysed as torch.compile runs it, less the step eager
+    model = nn.Sequential(
+        *(nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.LayerNorm(256)) for _ in range(4))
+    )
+    x = meta(4096, 256)
+    found = rules_fired(model, x, rules=["memory-bound-share"])["memory-bound-share"]
+    eager = dlperf.analyze(model, x, gpu="a100", precision="amp-fp16")
+    compiled = dlperf.analyze(model, x, gpu="a100", precision="amp-fp16", compile=True)
+    assert found.gain_time_s == pytest.approx(eager.step_time_s - compiled.step_time_s)
+    assert found.evidence["kernels_after"] < found.evidence["kernels_before"]

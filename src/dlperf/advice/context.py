@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -49,7 +50,13 @@ class AdviceContext:
 
     @property
     def step_time_s(self) -> float:
+        """The step's kernels (a fix of a kernel is priced on them; the host's
+        waits are the rules on how the step runs, see `reanalyze_run`)."""
         return self.analysis.time_s
+
+    def reanalyze_run(self, **how) -> Analysis:
+        """The same step run another way (`compile=True`, `cuda_graphs=True` ...)."""
+        return self.session.analysis(dataclasses.replace(self.run, **how))
 
     def reanalyze(self, model=None, inputs=None, precision=None) -> Analysis:
         """The same step with a changed model, inputs or precision policy,
