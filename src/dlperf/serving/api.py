@@ -95,12 +95,8 @@ def serve(
         raise DlperfError(_no_fit(run.name, spec, gpus_memory, largest, batch, tp))
     decoded, points = timeline.decode(batch)
     report = _report(run, spec, scheme, kv_dtype, (batch, input_len, output_len, tp, pp))
-    report.ttft_s = prefill_t["time_s"]
     times = [t["time_s"] for _, t in decoded]
-    report.tpot_s = mean_decode_s(points, times, input_len, output_len)
-    report.latency_s = report.ttft_s + (output_len - 1) * report.tpot_s
-    report.output_tokens_per_s = batch * output_len / report.latency_s
-    report.output_tokens_per_s_per_gpu = report.output_tokens_per_s / (tp * pp)
+    _request_times(report, prefill_t["time_s"], mean_decode_s(points, times, input_len, output_len))
     report.memory, report.fits, report.max_batch = gpus_memory.to_dict(), fits, largest
     kv_bytes = bytes_per_element(kv_dtype)
     report.kv_cache_bytes_per_token = kv_bytes_per_token(prefill.kv_shapes, kv_bytes)
@@ -117,6 +113,14 @@ def serve(
     if concurrency:
         report.concurrency = _in_flight(timeline, concurrency)
     return report
+
+
+def _request_times(report: ServeReport, ttft_s: float, tpot_s: float) -> None:
+    """A request's latency and the deployment's throughput from TTFT and TPOT."""
+    report.ttft_s, report.tpot_s = ttft_s, tpot_s
+    report.latency_s = ttft_s + (report.output_len - 1) * tpot_s
+    report.output_tokens_per_s = report.batch * report.output_len / report.latency_s
+    report.output_tokens_per_s_per_gpu = report.output_tokens_per_s / (report.tp * report.pp)
 
 
 def _check_counts(tp: int, pp: int, gpus_per_node: int) -> None:
