@@ -363,3 +363,27 @@ def test_spinner_is_silent_when_quiet(capsys):
     with Spinner("tracing", quiet=True) as tick:
         tick(10)  # the callback tracing calls: harmless when silent
     assert capsys.readouterr() == ("", "")
+
+
+def test_a_reader_that_stops_early_is_not_an_error():
+    # `dlperf analyze ... --json | head -c 100`: the JSON (hundreds of kB) overflows
+    # the pipe once the reader has gone; dlperf stops quietly with status 0
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dlperf",
+            "analyze",
+            "torchvision:resnet18",
+            "--batch",
+            "2",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.read(100)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0
+    assert "Traceback" not in err and "error" not in err

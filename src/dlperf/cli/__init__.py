@@ -6,6 +6,7 @@ one JSON document. Exit codes: 0 done, 2 bad input (one line on stderr),
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 
@@ -33,6 +34,12 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("dlperf: interrupted\n")
         return 130
+    except BrokenPipeError:
+        # the reader stopped early (`dlperf ... | head`): not an error; point
+        # stdout at nothing so that flushing it at exit cannot fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except Exception as err:  # anything else is dlperf's own failure, never the user's
         if args.debug:
             traceback.print_exc()
