@@ -23,12 +23,10 @@ call with its cost, before timing):
   freezing and TensorRT's layer fusion do (seed 002: "Use BN and
   activations as they are foldable during inference").
 
-Not fused: ops the loss runs (dlperf's own loss is outside the model that
-`torch.compile(model)` compiles, so it runs eagerly), Inductor's fallbacks
-to eager kernels (sorting, embedding bags, some pooling and upsampling
-backwards; `torch/_inductor/lowering.py`, `make_fallback`), scatters and
-index_put (a separate scatter kernel; kept as eager prices them), ops no
-handler knows, and dlperf's own module-level events.
+Not fused: the loss (outside `torch.compile(model)`: it runs eagerly),
+Inductor's fallbacks to eager kernels (sorting, embedding bags, some pooling
+and upsampling backwards; `torch/_inductor/lowering.py`, `make_fallback`),
+scatters and index_put, ops no handler knows, dlperf's module-level events.
 
 Simplifications, said here once: a linked part of a run is one kernel even
 where Inductor splits it (two reductions over different axes, a batch
@@ -44,6 +42,7 @@ from dataclasses import dataclass, field
 
 from .kinds import Category
 from .ops.cost import Cost, Costed
+from .ops.quantized import fold_quantize
 from .tracing import LOSS_MODULE, OpEvent, TensorMeta, Trace
 
 __all__ = ["Fold", "FusedGroup", "FusionSummary", "fold_conv_bn", "fusible", "fuse"]
@@ -122,7 +121,7 @@ def fuse(priced: Priced, trace: Trace) -> tuple[Priced, FusionSummary]:
     kernels_before = sum(found.cost.kernels for _, found in priced)
     folded: list[Fold] = []
     if not trace.training:
-        priced, folded = fold_conv_bn(priced)
+        priced, folded = fold_conv_bn(fold_quantize(priced))  # int8/fp8: ops/quantized.py
     last_read = _last_reads(priced)
     saved = trace.saved_ids
     out: Priced = []

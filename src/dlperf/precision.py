@@ -11,7 +11,13 @@
   and the GEMMs of its linear layers run on fp8 Tensor Cores (e4m3 operands
   forward, e5m2 gradients, fp32 accumulation, bf16 output) after casts that
   find each tensor's scale (amax); see `ops/float8.py`. Needs Hopper, Ada or
-  Blackwell.
+  Blackwell. With `--infer` it runs as TensorRT runs an fp8 engine: the
+  `int8` rules below with fp8 (e4m3) in place of int8 and bf16 for the rest.
+- `int8` (inference only): as TensorRT runs an int8 engine: convolutions and
+  linear layers as int8 Tensor Core GEMMs (int32 accumulation, fp16 output)
+  on weights stored in int8, their inputs quantized per tensor; everything
+  else in fp16; see `ops/quantized.py`. Needs int8 math (Turing and later
+  Tensor Cores, or Pascal's DP4A on CUDA cores, as the spec's math table says).
 - `auto` (the default of the command line): `amp-bf16` where the device has
   bf16 math, else `amp-fp16`, else `fp32`; see `resolve_for`.
 """
@@ -36,6 +42,11 @@ class Precision:
     math: str
     # Linear layers' GEMMs run in fp8 (the cost handlers read it through CostContext).
     fp8_linear: bool = False
+    # Inference as TensorRT runs a quantized engine: convolutions' and linear
+    # layers' GEMMs in this dtype ("int8" or "fp8"), "" for none (`ops/quantized.py`).
+    quantized_gemms: str = ""
+    # A policy for inference only (`resolve_for` refuses it for training).
+    inference_only: bool = False
 
     @property
     def is_mixed(self) -> bool:
@@ -80,8 +91,22 @@ POLICIES = {
         # fp8 each forward in two layouts (row- and column-major, 2 x 1 byte) saved
         # for backward, so the bf16 copy's 2 bytes neither over- nor undercount it.
         Precision("fp8", torch.float32, torch.bfloat16, tf32=False, math="fp8", fp8_linear=True),
+        Precision(
+            "int8",
+            torch.float16,
+            None,
+            tf32=False,
+            math="int8",
+            quantized_gemms="int8",
+            inference_only=True,
+        ),
     )
 }
+# `fp8` for inference (`resolve_for` picks it): bf16 weights and activations,
+# fp8 GEMMs for convolutions and linear layers, as an fp8 TensorRT engine.
+FP8_INFERENCE = Precision(
+    "fp8", torch.bfloat16, None, tf32=False, math="fp8", quantized_gemms="fp8"
+)
 
 
 def precision(name: str | Precision) -> Precision:
@@ -99,11 +124,13 @@ AUTO = "auto"
 AUTO_ORDER = ("amp-bf16", "amp-fp16", "fp32")
 
 
-def resolve_for(spec, name: str | Precision = AUTO) -> Precision:
+def resolve_for(spec, name: str | Precision = AUTO, training: bool | None = None) -> Precision:
     """The policy `name` on the device `spec`, refused if the device lacks its math.
 
     `auto` is mixed precision in bf16 where the device has bf16 math, else in
-    fp16, else fp32 (on a CPU the probe says which dtypes it runs).
+    fp16, else fp32 (on a CPU the probe says which dtypes it runs). `training`
+    (None where the caller does not say) refuses an inference-only policy for
+    training and picks fp8's inference form for inference.
     """
     if not isinstance(name, Precision) and str(name).lower() == AUTO:
         for option in AUTO_ORDER:
@@ -119,5 +146,24 @@ def resolve_for(spec, name: str | Precision = AUTO) -> Precision:
                 f"{spec.id} has no fp8 Tensor Cores (fp8 needs Hopper, Ada or Blackwell); "
                 f"use --precision {fallback} (or auto)"
             )
+        if needed == "int8":
+            raise DlperfError(
+                f"{spec.id} has no int8 math (int8 needs Turing or later Tensor Cores, "
+                f"or Pascal's DP4A); use --precision fp16 or {fallback}"
+            )
         raise DlperfError(f"{spec.id} has no {needed} math; use --precision {fallback} (or auto)")
+    return _for_step(policy, training)
+
+
+def _for_step(policy: Precision, training: bool | None) -> Precision:
+    """The form of `policy` for a training step or an inference pass."""
+    if training is None:
+        return policy
+    if training and policy.inference_only:
+        raise DlperfError(
+            f"{policy.name} is an inference precision: "
+            "add --infer, or use amp-bf16/fp8 for training"
+        )
+    if policy.name == "fp8":
+        return POLICIES["fp8"] if training else FP8_INFERENCE
     return policy

@@ -82,7 +82,7 @@ class Run:
         return dataclasses.replace(self, model=model, base=self if inputs is None else None)
 
     def with_precision(self, precision: str | Precision) -> Run:
-        return dataclasses.replace(self, precision=resolve_for(self.spec, precision))
+        return dataclasses.replace(self, precision=resolve_for(self.spec, precision, self.training))
 
 
 def resolve(
@@ -107,7 +107,7 @@ def resolve(
     if isinstance(model, Run):
         return model
     spec = get_gpu(gpu)
-    policy = resolve_for(spec, precision)
+    policy = resolve_for(spec, precision, training)
     get_optimizer(optimizer)
     if attention not in ATTENTION:
         raise DlperfError(f"unknown attention {attention!r}; choose from: {', '.join(ATTENTION)}")

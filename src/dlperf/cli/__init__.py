@@ -13,6 +13,8 @@ import traceback
 from ..errors import DlperfError, InternalError, first_line
 from .parser import build_parser
 
+STDOUT_FD = 1
+
 __all__ = ["build_parser", "main"]
 
 
@@ -37,8 +39,7 @@ def main(argv=None) -> int:
     except BrokenPipeError:
         # the reader stopped early (`dlperf ... | head`): not an error; point
         # stdout at nothing so that flushing it at exit cannot fail again
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(os.open(os.devnull, os.O_WRONLY), STDOUT_FD)
         return 0
     except Exception as err:  # anything else is dlperf's own failure, never the user's
         if args.debug:

@@ -12,16 +12,23 @@ dtype is transposed on the way in and out, which costs one extra read and
 write of the input and the output (seed 002/003, "Convolutions"). The
 handlers give those bytes as a hint; the pricing applies them where the
 device runs the math on Tensor Cores.
+
+Under an int8 or fp8 inference policy a forward convolution runs as a
+quantized GEMM with its input's quantize kernel (`quantized`), which writes
+the input in NHWC as it quantizes it: of the layout hint, the output's
+transpose is left.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import prod
 
 import torch
 
 from ..kinds import Category
 from ..tracing import OpEvent, TensorMeta
+from . import quantized
 from .cost import Cost, CostContext, Costed, noted
 from .factories import contraction, make_gemm
 from .registry import aten_ops, register
@@ -94,7 +101,17 @@ def convolution(e: OpEvent, ctx: CostContext) -> Cost | Costed:
     g = make_gemm(
         ctx, x.dtype, m, cols, k, groups, role="fprop", tensor_bytes=moved, conv_reduction=k
     )
-    return contraction([g], read, out.nbytes, layout_transpose_bytes=_transpose_bytes([x, out]))
+    layout = _transpose_bytes([x, out])
+    dtype = quantized.gemm_dtype(ctx, x, w)
+    if dtype:
+        found = quantized.quantized_cost(
+            replace(g, dtype=dtype), x, w, out, bias.nbytes if bias else 0
+        )
+        # The quantize kernel writes the input in the layout the kernel takes: only
+        # the output's transpose is left.
+        layout = 2 * out.nbytes if layout else 0
+        return found._replace(cost=replace(found.cost, layout_transpose_bytes=layout))
+    return contraction([g], read, out.nbytes, layout_transpose_bytes=layout)
 
 
 @register(aten.convolution_backward, **_CONV)

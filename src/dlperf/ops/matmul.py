@@ -2,7 +2,8 @@
 
 `linear`, `matmul` and `einsum` reach the dispatcher already decomposed into
 these (plus views), so they need no handler of their own. Under `--precision
-fp8` a linear layer's mm and addmm run in fp8 with their casts (`float8`).
+fp8` a linear layer's mm and addmm run in fp8 with their casts (`float8`);
+under an int8 or fp8 inference policy as quantized GEMMs (`quantized`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import torch
 
 from ..kinds import Category
 from ..tracing import OpEvent, TensorMeta
-from . import float8
+from . import float8, quantized
 from .cost import Cost, CostContext, Costed
 from .factories import contraction, in_bytes, make_gemm, out_bytes
 from .registry import register
@@ -28,6 +29,8 @@ def _product(ctx: CostContext, e: OpEvent, a: TensorMeta, m, n, k, batch, read) 
 def mm(e: OpEvent, ctx: CostContext) -> Cost | Costed:
     if float8.runs_fp8(e, ctx):
         return float8.linear_gemm(e)
+    if dtype := quantized.linear_dtype(e, ctx):
+        return quantized.linear_gemm(e, dtype)
     a, b = e.args[0], e.args[1]
     (m, k), n = a.shape, b.shape[1]
     return _product(ctx, e, a, m, n, k, 1, a.nbytes + b.nbytes)
@@ -39,6 +42,8 @@ def addmm(e: OpEvent, ctx: CostContext) -> Cost | Costed:
     # The bias is added in the GEMM's epilogue: read once, no extra pass.
     if float8.runs_fp8(e, ctx):
         return float8.linear_gemm(e, bias_bytes=bias.nbytes)
+    if dtype := quantized.linear_dtype(e, ctx):
+        return quantized.linear_gemm(e, dtype, bias_bytes=bias.nbytes)
     (m, k), n = a.shape, b.shape[1]
     return _product(ctx, e, a, m, n, k, 1, a.nbytes + b.nbytes + bias.nbytes)
 
