@@ -9,7 +9,8 @@ import dlperf
 from dlperf.dtypes import accumulator_bytes, runnable_dtype
 from dlperf.errors import DlperfError
 from dlperf.ops import CostContext, cost_of
-from dlperf.ops.float8 import gemm_role, is_linear_module
+from dlperf.ops.float8 import gemm_role
+from dlperf.ops.linear import is_linear_module
 from dlperf.precision import POLICIES, resolve_for
 from dlperf.run import Session, resolve
 from dlperf.tracing import OpEvent, TensorMeta

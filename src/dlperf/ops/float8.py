@@ -50,6 +50,7 @@ from __future__ import annotations
 from ..tracing import OpEvent, TensorMeta
 from .cost import Cost, CostContext, Costed, Gemm, noted
 from .factories import out_bytes
+from .linear import CONV1D, is_linear_module
 
 # Storage of an fp8 operand; the GEMM writes bf16 (`dtypes.accumulator_bytes`).
 FP8_BYTES = 1
@@ -61,15 +62,6 @@ CAST_WRITTEN_BYTES_PER_ELEMENT = 2 * FP8_BYTES
 KERNELS_PER_CAST = 3
 # torch._scaled_mm's (and torchtitan's filter's) multiple for the feature counts.
 FEATURE_MULTIPLE = 16
-
-_CONV1D = "Conv1D"
-
-
-def is_linear_module(module_type: str) -> bool:
-    """Whether a module class name is a linear layer that float8 training converts."""
-    if module_type == _CONV1D:
-        return True
-    return module_type.endswith("Linear") and module_type != "Bilinear"
 
 
 def _transposed(t: TensorMeta) -> bool:
@@ -114,7 +106,7 @@ def cast_elements(e: OpEvent, role: str) -> tuple[int, ...]:
     if role == "wgrad":
         # dY is the factor whose rows or columns are the out features: the left
         # one (dY^T) for nn.Linear's [out, in] weight, the right one for Conv1D's.
-        return (b.numel if e.module_type == _CONV1D else a.numel,)
+        return (b.numel if e.module_type == CONV1D else a.numel,)
     return ()
 
 

@@ -4,7 +4,7 @@ Tensor Core GEMMs, everything else in half precision.
 
 Which ops. Every convolution that is a GEMM (a depthwise one stays a
 memory-bound half-precision kernel, as TensorRT's depthwise kernels do) and
-every mm/addmm of a linear layer (`float8.is_linear_module`), on operands in
+every mm/addmm of a linear layer (`linear.is_linear_module`), on operands in
 the policy's half-precision dtype. No feature-count filter: TensorRT pads
 channels to its int8 formats' multiples; the alignment losses of the GEMM
 pricing (16 elements for int8, seed 002/003 Table 1) price what padding costs.
@@ -36,7 +36,7 @@ from dataclasses import replace
 
 from ..tracing import OpEvent, TensorMeta
 from .cost import Cost, CostContext, Costed, Gemm, noted
-from .float8 import is_linear_module
+from .linear import LINEAR_PACKETS, is_linear_gemm
 
 # Storage of an int8 or e4m3 operand, and of the GEMM's half-precision output.
 QUANTIZED_BYTES = 1
@@ -45,7 +45,6 @@ OUTPUT_BYTES = 2
 QUANTIZE_READ_BYTES = 2
 QUANTIZE_WRITTEN_BYTES = QUANTIZED_BYTES
 
-_MATMUL_PACKETS = frozenset({"aten.mm", "aten.addmm"})
 FUSED_REMARK = "input quantized in its producer's epilogue"
 # The remark that marks an op priced with its own quantize kernel (`fold_quantize` reads it).
 QUANTIZE_REMARK = "input quantized per tensor (1 kernel)"
@@ -63,7 +62,7 @@ def gemm_dtype(ctx: CostContext, *operands: TensorMeta) -> str:
 
 def linear_dtype(e: OpEvent, ctx: CostContext) -> str:
     """The quantized dtype of a linear layer's mm/addmm, "" for any other product."""
-    if e.packet not in _MATMUL_PACKETS or not is_linear_module(e.module_type):
+    if not is_linear_gemm(e):
         return ""
     a, b = e.args[-2], e.args[-1]
     if not (isinstance(a, TensorMeta) and isinstance(b, TensorMeta)) or len(a.shape) != 2:
@@ -108,7 +107,7 @@ def quantized_input(e: OpEvent, found: Costed) -> tuple[int, int] | None:
     if QUANTIZE_REMARK not in found.remarks:
         return None
     tensors = e.tensors()
-    position = len(tensors) - 2 if e.packet in _MATMUL_PACKETS else 0
+    position = len(tensors) - 2 if e.packet in LINEAR_PACKETS else 0
     return position, tensors[position].numel
 
 

@@ -25,19 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..ops.float8 import is_linear_module
+from ..ops.linear import activation_operand
 from ..tracing import Trace
 
-_LINEAR_PACKETS = frozenset({"aten.mm", "aten.addmm"})
 _FORWARD = "forward"
-
-
-def _activation_operand(event) -> int | None:
-    """Where a linear layer's GEMM reads its activation in `event.reads`."""
-    if event.packet not in _LINEAR_PACKETS or not is_linear_module(event.module_type):
-        return None
-    index = 1 if event.packet == "aten.addmm" else 0
-    return index if len(event.reads) > index else None
 
 
 def split_storages(trace: Trace) -> tuple[frozenset[int], dict[str, float]]:
@@ -52,7 +43,7 @@ def split_storages(trace: Trace) -> tuple[frozenset[int], dict[str, float]]:
     for e in trace.events:
         if e.phase != _FORWARD:
             continue
-        operand = _activation_operand(e)
+        operand = activation_operand(e)
         reads_split = any(s in split for s in e.reads)
         if set(e.reads) <= set(e.writes) and not seen.intersection(e.writes):
             fresh.update(e.writes)
@@ -84,7 +75,7 @@ def has_linear_layers(trace: Trace, modules: Iterable[str]) -> bool:
     wanted = tuple(modules)
     return any(
         e.phase == _FORWARD
-        and _activation_operand(e) is not None
+        and activation_operand(e) is not None
         and any(e.module == m or e.module.startswith(m + ".") for m in wanted)
         for e in trace.events
     )

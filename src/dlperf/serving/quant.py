@@ -4,7 +4,7 @@ and which Tensor Core path the linear layers' GEMMs take.
 The model is traced in its base dtype (fp16 or bf16); a precision is then a
 re-pricing of the traced ops, stated here once:
 
-- Which GEMMs: the `mm`/`addmm` of linear layers (`ops.float8.is_linear_module`:
+- Which GEMMs: the `mm`/`addmm` of linear layers (`ops.linear.is_linear_module`:
   nn.Linear and look-alikes, HF's Conv1D) inside the model's repeated blocks,
   i.e. the GEMMs whose B operand is a weight. Embeddings and the LM head stay
   in the base dtype, as AWQ, GPTQ, SmoothQuant and TensorRT-LLM leave them by
@@ -38,7 +38,7 @@ from ..dtypes import bytes_per_element
 from ..errors import DlperfError
 from ..hardware import HardwareSpec
 from ..ops.cost import Cost, Gemm
-from ..ops.float8 import is_linear_module
+from ..ops.linear import is_linear_gemm, is_linear_module
 from ..precision import resolve_for
 from ..tracing import OpEvent, within
 
@@ -48,7 +48,6 @@ GROUP_SIZE = 128  # weights per scale of weight-only quantization (AWQ/GPTQ defa
 GEMV_BELOW_TOKENS = 5
 GEMV_ROLE = "weight-only GEMV"
 SCALE_BYTES = 2  # one fp16 scale per group
-_LINEAR_PACKETS = frozenset({"aten.mm", "aten.addmm"})
 
 
 @dataclass(frozen=True)
@@ -114,7 +113,7 @@ def kv_dtype_for(name: str | None, scheme: Scheme) -> str:
 
 def is_block_linear(event: OpEvent, blocks: list[str]) -> bool:
     """A linear layer's GEMM inside a repeated block: one whose B operand is a weight."""
-    if event.packet not in _LINEAR_PACKETS or not is_linear_module(event.module_type):
+    if not is_linear_gemm(event):
         return False
     return any(within(event.module, b) for b in blocks)
 

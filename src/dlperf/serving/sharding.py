@@ -33,8 +33,9 @@ import math
 from dataclasses import dataclass
 
 from ..ops.cost import Cost, Costed
+from ..ops.linear import activation_operand
 from ..tracing import OpEvent
-from .quant import _LINEAR_PACKETS, is_linear_module, kv_cache_bytes
+from .quant import kv_cache_bytes
 
 
 @dataclass(frozen=True)
@@ -44,14 +45,6 @@ class Collective:
     kind: str  # "all_reduce" or "all_gather"
     nbytes: float  # the full buffer (every GPU's result)
     after: int  # index in the priced ops
-
-
-def _linear_operand(event: OpEvent) -> int | None:
-    """The position in `event.reads` of a linear GEMM's activation operand."""
-    if event.packet not in _LINEAR_PACKETS or not is_linear_module(event.module_type):
-        return None
-    index = 1 if event.packet == "aten.addmm" else 0
-    return index if len(event.reads) > index else None
 
 
 def shard(priced: list, tp: int) -> tuple[list, list[Collective]]:
@@ -64,7 +57,7 @@ def shard(priced: list, tp: int) -> tuple[list, list[Collective]]:
     reduced: set[int] = set()  # column ops whose results a row-parallel op reduced
     out, collectives = [], []
     for i, (event, found) in enumerate(priced):
-        operand = _linear_operand(event)
+        operand = activation_operand(event)
         cost = found.cost
         flowing = frozenset().union(*(origin[s] for s in event.reads if s in origin))
         if operand is not None and len(cost.gemms) == 1 and event.reads[operand] in origin:
