@@ -220,9 +220,16 @@ def _signature(inputs) -> tuple:
     return ("v", repr(inputs))
 
 
-def _autocast_device(run: Run) -> str:
-    """Whose autocast rules the run's trace follows: the CPU's for the CPU, else CUDA's."""
-    return "cpu" if run.spec.kind == "cpu" else "cuda"
+def _trace_options(run: Run) -> dict:
+    """What a run's trace depends on beyond the module and its inputs (the
+    keywords of `tracing.trace`); autocast follows the CPU's rules for the
+    CPU, else CUDA's."""
+    return {
+        "training": run.training,
+        "precision": run.precision,
+        "attention": run.attention,
+        "autocast_device": "cpu" if run.spec.kind == "cpu" else "cuda",
+    }
 
 
 class Session:
@@ -240,49 +247,29 @@ class Session:
         self._held: list = []
 
     def _trace_key(self, run: Run) -> tuple:
-        return (
-            id(run.module),
-            _signature(run.inputs),
-            run.precision,
-            run.training,
-            run.attention,
-            _autocast_device(run),
-        )
+        return (id(run.module), _signature(run.inputs), *_trace_options(run).values())
 
     def trace(self, run: Run, progress: Callable[[int], None] | None = None) -> Trace:
         key = self._trace_key(run)
         if key not in self._traces:
             self._held.append(run.module)
             self._traces[key] = self._spliced(run) or trace(
-                run.module,
-                run.inputs,
-                training=run.training,
-                precision=run.precision,
-                progress=progress,
-                attention=run.attention,
-                autocast_device=_autocast_device(run),
+                run.module, run.inputs, progress=progress, **_trace_options(run)
             )
         return self._traces[key]
 
     def _spliced(self, run: Run) -> Trace | None:
         """The trace of a fixed model from its base run's, when one is cached."""
         base = run.base
-        same = (base.precision, base.training, base.attention) if base else None
-        if same != (run.precision, run.training, run.attention):
+        options = _trace_options(run)
+        if base is None or _trace_options(base) != options:
             return None
         recorded = self._traces.get(self._trace_key(base))
         if recorded is None or _signature(base.inputs) != _signature(run.inputs):
             return None
 
         def retrace(module, inputs):
-            return trace(
-                module,
-                inputs,
-                training=run.training,
-                precision=run.precision,
-                attention=run.attention,
-                autocast_device=_autocast_device(run),
-            )
+            return trace(module, inputs, **options)
 
         return splice(recorded, base.module, run.module, retrace)
 

@@ -184,27 +184,23 @@ def cmd_sweep(args: Namespace) -> None:
     show({"written": written}, text.written, args.json)
 
 
-# How a run is executed on the GPU; measure runs the model as written.
-_RUN_WAYS = {
-    "--attention": lambda a: a.attention != "auto",
-    "--checkpoint": lambda a: a.checkpoint != "none",
-    "--compile": lambda a: a.compile,
-    "--cuda-graphs": lambda a: a.cuda_graphs,
-}
-_RUN_WAY_KEYS = ("attention", "checkpoint", "compile", "cuda_graphs")
+# How a run is executed on the GPU, with the value that means "as written":
+# measure runs the model here as written.
+_RUN_WAYS = {"attention": "auto", "checkpoint": "none", "compile": False, "cuda_graphs": False}
 
 
 def cmd_measure(args: Namespace) -> None:
     from ..api import measure
 
-    changed = [flag for flag, on in _RUN_WAYS.items() if on(args)]
+    changed = [key for key, written in _RUN_WAYS.items() if getattr(args, key) != written]
     if changed:
+        flag = "--" + changed[0].replace("_", "-")
         raise DlperfError(
-            f"measure runs the model here as written (eager, no checkpointing): drop {changed[0]}"
+            f"measure runs the model here as written (eager, no checkpointing): drop {flag}"
         )
     with Spinner(f"measuring {args.model}", quiet=args.json):
         report = measure(
-            **model_options(args, omit=("optimizer", *_RUN_WAY_KEYS)),
+            **model_options(args, omit=("optimizer", *_RUN_WAYS)),
             device=args.device,
             steps=args.steps,
         )
