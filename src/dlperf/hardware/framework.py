@@ -1,15 +1,18 @@
-"""The framework's host costs as spec data: `specs/_framework_host.toml`.
+"""The framework's figures as spec data, one file per subject: each holds a
+[default] table and, where a family differs, a table named after the
+architecture (`architecture_table`); the figures and their sources are in the
+files.
 
-What PyTorch and the CUDA driver spend on the CPU to issue work to a GPU
-(an eager op, a kernel launch, a compiled kernel, a CUDA graph replay). The
-file holds a [default] table and, where a family differs, a table named after
-the architecture; the figures and their sources are in the file.
+`specs/_framework_host.toml`: what PyTorch and the CUDA driver spend on the
+CPU to issue work to a GPU (an eager op, a kernel launch, a compiled kernel,
+a CUDA graph replay).
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 from .spec import SPECS_DIR, tomllib
 
@@ -33,11 +36,22 @@ class FrameworkHost:
 
 
 @functools.cache
+def _tables(path: Path) -> dict:
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def architecture_table(path: Path, architecture: str) -> dict:
+    """The figures of a framework file for `architecture`: its own table's over
+    the [default] table's."""
+    tables = _tables(path)
+    return {**tables["default"], **tables.get(architecture, {})}
+
+
+@functools.cache
 def framework_host(architecture: str = "default") -> FrameworkHost:
     """The host costs for a GPU of `architecture` (the [default] table where
     the family has none of its own)."""
-    with open(FRAMEWORK_HOST_FILE, "rb") as f:
-        tables = tomllib.load(f)
-    values = {**tables["default"], **tables.get(architecture, {})}
+    values = architecture_table(FRAMEWORK_HOST_FILE, architecture)
     known = {f.name for f in fields(FrameworkHost)}
     return FrameworkHost(**{k: float(v) for k, v in values.items() if k in known})

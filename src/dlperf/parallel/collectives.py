@@ -27,22 +27,13 @@ latency (`network.ring_time_s`).
 
 from __future__ import annotations
 
-import functools
 import math
 
-from ..hardware.spec import SPECS_DIR, tomllib
-from .network import Interconnect, ring_time_s
+from .network import Interconnect, nccl_constants, ring_time_s
 from .network import send_time_s as plain_send_time_s
 
-NCCL_FILE = SPECS_DIR / "_nccl.toml"
 PROTOCOLS = ("ll", "ll128", "simple")
 GROUP_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-
-
-@functools.cache
-def nccl_constants() -> dict:
-    with open(NCCL_FILE, "rb") as f:
-        return tomllib.load(f)
 
 
 def collective_time_s(

@@ -21,6 +21,7 @@ bandwidth is k/gpus_per_node of the node's network, at most the GPU's link
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..errors import DlperfError
@@ -28,16 +29,22 @@ from ..hardware import HardwareSpec
 from ..hardware.spec import SPECS_DIR, tomllib
 
 INTERCONNECT_FILE = SPECS_DIR / "_interconnect.toml"
+NCCL_FILE = SPECS_DIR / "_nccl.toml"
 with open(INTERCONNECT_FILE, "rb") as _f:
     _DEFAULTS = tomllib.load(_f)
-with open(SPECS_DIR / "_nccl.toml", "rb") as _f:
-    _NCCL_BUS_CAP = tomllib.load(_f).get("bus_cap_bytes_per_s", {})
 RING_STEP_LATENCY_S: float = _DEFAULTS["ring_step_latency_s"]
 DEFAULT_NODE_NETWORK_BYTES_PER_S: float = _DEFAULTS["node_network_bytes_per_s"]
 FALLBACK_LINK_BYTES_PER_S: float = _DEFAULTS["fallback_link_bytes_per_s"]
 NODE_NETWORK_BY_ARCHITECTURE: dict[str, float] = _DEFAULTS.get(
     "node_network_bytes_per_s_by_architecture", {}
 )
+
+
+@functools.cache
+def nccl_constants() -> dict:
+    """NCCL's own cost-model constants (`_nccl.toml`), read once."""
+    with open(NCCL_FILE, "rb") as f:
+        return tomllib.load(f)
 
 
 @dataclass(frozen=True)
@@ -99,7 +106,8 @@ def interconnect_for(
     network = node_network_bytes_per_s or default_node_network_bytes_per_s(spec)
     inter = min(intra, network / gpus_per_node)
     # NCCL's tuning model caps an sm80 ring's bus bandwidth (nccl src/graph/tuning.cc)
-    cap = _NCCL_BUS_CAP.get(spec.architecture) if spec.nvlink_bandwidth_bytes_per_s else None
+    caps = nccl_constants().get("bus_cap_bytes_per_s", {})
+    cap = caps.get(spec.architecture) if spec.nvlink_bandwidth_bytes_per_s else None
     return Interconnect(
         intra,
         inter,

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..hardware import HardwareSpec
-from ..hardware.spec import SPECS_DIR, tomllib
+from ..hardware.framework import architecture_table
+from ..hardware.spec import SPECS_DIR
 from ..kinds import Phase
 from ..optimizer import state_bytes
 from ..precision import Precision, precision
@@ -38,10 +39,7 @@ class FrameworkMemory:
 
 @functools.cache
 def framework_memory(architecture: str) -> FrameworkMemory:
-    with open(FRAMEWORK_MEMORY_FILE, "rb") as f:
-        tables = tomllib.load(f)
-    values = {**tables["default"], **tables.get(architecture, {})}
-    return FrameworkMemory(**values)
+    return FrameworkMemory(**architecture_table(FRAMEWORK_MEMORY_FILE, architecture))
 
 
 CUDA_CONTEXT_BYTES = framework_memory("default").cuda_context_bytes
