@@ -76,14 +76,15 @@ class MemoryReport(StepMemory):
         return {k: out[k] for k in run} | terms | peak | tail
 
 
-def recompute_price(trace: Trace, spec) -> Callable[[list[OpEvent]], float]:
-    """The seconds of recompute events on `spec`, priced row by row as the
-    analysis prices them (their phase changes nothing in an op's price), so
-    the memory report's recompute time is the analysis's recompute phase."""
+def recompute_price(trace: Trace, spec, compiled: bool = False) -> Callable[[list[OpEvent]], float]:
+    """The seconds of recompute events on `spec`, priced as the analysis prices
+    them (their phase changes nothing in an op's price; `compiled` fuses them
+    as --compile does), so the memory report's recompute time is the
+    analysis's recompute phase."""
 
     def price(events: list[OpEvent]) -> float:
         only = dataclasses.replace(trace, events=list(events), training=False)  # no optimizer row
-        return analyze_trace(only, spec).time_s
+        return analyze_trace(only, spec, compiled=compiled).time_s
 
     return price
 
@@ -112,7 +113,7 @@ def memory_report(run, session, checkpoint: str = "none", accumulate: int = 1, f
     step = run if accumulate == 1 else run.with_inputs(resize_inputs(run.inputs, batch=micro))
     step = dataclasses.replace(step, training=True)
     recorded = session.trace(step)
-    price = recompute_price(recorded, run.spec)
+    price = recompute_price(recorded, run.spec, run.compile)
     terms = step_memory(recorded, run.spec, run.optimizer, checkpoint, price)
     capacity = run.spec.memory_bytes
     policies = [  # priced on the same trace
