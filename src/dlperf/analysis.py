@@ -132,8 +132,6 @@ class Analysis:
     view_ops: int = 0
     # How the step runs, and the host issuing it (None: the plain sum of the rows).
     checkpoint: str = "none"
-    compiled: bool = False
-    cuda_graphs: bool = False
     host: HostTimeline | None = None
     fusion: FusionSummary | None = None
 
@@ -323,8 +321,6 @@ def analyze_trace(
         optimizer=optimizer,
         view_ops=trace.free_ops,  # the tracer counts the ops that move no data
         checkpoint=checkpoint if trace.training else "none",
-        compiled=compiled,
-        cuda_graphs=cuda_graphs,
         host=issue_timeline(rows, spec, cuda_graphs=cuda_graphs, compiled=compiled),
         fusion=fusion,
     )

@@ -168,7 +168,7 @@ def _serving(args: Namespace, run, session):
         input_len=args.input_len,
         output_len=args.output_len,
         session=session,
-        required=bool(args.serve),
+        required=True,  # asked for by --serve: a model it cannot serve is an error
     )
 
 
