@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from ..kinds import Category
 from ..models.inputs import resize_inputs
+from ..moe import moe_facts
 from ..precision import Precision
 from ..precision import precision as resolve_precision
 from ..run import first_tensor
@@ -261,10 +262,6 @@ def _boundary_elements(trace: Trace, region) -> float:
 
 def _moe_fields(trace: Trace) -> dict:
     """The mixture-of-experts facts of `dlperf.moe.moe_facts` (none: a dense model)."""
-    try:
-        from ..moe import moe_facts
-    except ImportError:
-        return {}
     facts = moe_facts(trace)
     if facts is None:
         return {}

@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DlperfError
+from ..host import issue_timeline
 from .collectives import send_time_s
 from .steps import Step, StepTracer
 
@@ -83,10 +84,6 @@ def _hidden_bytes(step: Step) -> float:
 def _issue_s(rows, spec, cuda_graphs: bool) -> float:
     if not rows:
         return 0.0
-    try:
-        from ..host import issue_timeline
-    except ImportError:  # no host model: the GPU's time alone
-        return float(sum(r.time_s for r in rows))
     return issue_timeline(rows, spec, cuda_graphs=cuda_graphs).step_s
 
 
