@@ -212,6 +212,22 @@ def test_command_line_json_and_errors(capsys):
     assert out == "" and len(err.strip().splitlines()) == 1 and "fp8" in err
 
 
+def test_command_line_input_is_the_prompts_shape(capsys):
+    from dlperf.cli import main
+
+    base = ["serve", GPT, "--output-len", "2", "--json"]
+    assert main([*base, "--input", "2x8"]) == 0
+    by_shape = json.loads(capsys.readouterr()[0])
+    assert main([*base, "--batch", "2", "--input-len", "8"]) == 0
+    by_sizes = json.loads(capsys.readouterr()[0])
+    assert (by_shape["batch"], by_shape["input_len"]) == (2, 8)
+    assert by_shape["latency_s"] == by_sizes["latency_s"]
+    for bad in (["--input", "2x8", "--batch", "2"], ["--input", "2x8x4"]):
+        assert main([*base, *bad]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.strip().splitlines()) == 1
+
+
 def test_users_decoder_file(session):
     # tests/tiny_decoder.py: 2 layers, 4 heads of 16: 2 x 2 x 4 x 16 x 2 B = 512 per token
     path = str(Path(__file__).with_name("tiny_decoder.py")) + ":model"

@@ -76,17 +76,35 @@ def cmd_plan(args: Namespace) -> None:
     show(report, text.plan_report, args.json, top=args.top)
 
 
+def _prompt_sizes(args: Namespace) -> tuple[int, int]:
+    """(batch, input_len) of `dlperf serve`: from --input BxS, else --batch and --input-len."""
+    if args.input is None:
+        return args.batch or 1, args.input_len or 128
+    if args.batch or args.input_len:
+        raise DlperfError("give the prompts as --input BxS or as --batch and --input-len, not both")
+    from ..models import parse_input
+
+    shape = parse_input(args.input).shape
+    if len(shape) != 2:
+        raise DlperfError(
+            f"--input {args.input!r}: serve takes the prompts' token ids as BATCHxINPUT_LEN, "
+            "like 8x128"
+        )
+    return int(shape[0]), int(shape[1])
+
+
 def cmd_serve(args: Namespace) -> None:
     from ..serving import serve
 
+    batch, input_len = _prompt_sizes(args)
     with Spinner(f"tracing {args.model}", quiet=args.json):
         report = serve(
             args.model,
             gpu=args.gpu,
             precision=args.precision,
-            input_len=args.input_len,
+            input_len=input_len,
             output_len=args.output_len,
-            batch=args.batch,
+            batch=batch,
             tp=args.tp,
             pp=args.pp,
             kv_cache_dtype=args.kv_cache_dtype,

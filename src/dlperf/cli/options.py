@@ -310,9 +310,15 @@ SERVE = (
         choices=["fp16", "bf16", "fp8", "int8", "int8-weight", "int4-weight"],
         help="weights and GEMMs: fp16/bf16, fp8 (Hopper+), int8 (W8A8), int8/int4 weight-only",
     ),
-    option("--input-len", type=positive_int, default=128, help="prompt tokens per request"),
+    option("--input-len", type=positive_int, help="prompt tokens per request (default: 128)"),
     option("--output-len", type=positive_int, default=128, help="generated tokens per request"),
-    option("--batch", type=positive_int, default=1, help="requests served as one static batch"),
+    option("--batch", type=positive_int, help="requests served as one static batch (default: 1)"),
+    option(
+        "--input",
+        metavar="SHAPE",
+        help="the prompts' token ids as BATCHxINPUT_LEN, like 8x128 (instead of --batch and "
+        "--input-len)",
+    ),
     option("--tp", type=positive_int, default=1, help="tensor-parallel GPUs"),
     option("--pp", type=positive_int, default=1, help="pipeline-parallel stages"),
     option(
