@@ -25,8 +25,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 from dlperf.dtypes import accumulator_bytes, bytes_per_element  # noqa: E402
-from dlperf.gemm import predict_many  # noqa: E402
 from dlperf.hardware import gpu  # noqa: E402
+from dlperf.kernels.gemm import predict_many  # noqa: E402
 from sources import Group, load_gemm_groups  # noqa: E402
 
 TARGET_MEDIAN_APE = 0.10

@@ -28,8 +28,15 @@ GEMM_FILES = {
     "deepbench": ["deepbench/gemm.csv"],
     "neusight": ["neusight_train/linear.csv", "neusight_train/bmm.csv"],
     "llmcompass": ["llmcompass/gemm.csv", "llmcompass/bmm.csv"],
+    "xla": ["xla_h100/gemm.csv"],
 }
-TIMING = {"deepbench": "kernel", "neusight": "eager", "llmcompass": "eager", "trace": "kernel"}
+TIMING = {
+    "deepbench": "kernel",
+    "neusight": "eager",
+    "llmcompass": "eager",
+    "trace": "kernel",
+    "xla": "kernel",  # XLA's tool: median kernel time, no host launch
+}
 TRACE_FILE = "traces/a100_transformer_train_shapes.json.gz"
 TRACE_GPU = "a100-sxm4-40gb"  # "NVIDIA A100-PG509-200" in deviceProperties
 
@@ -79,7 +86,9 @@ def load_csv_groups(source: str) -> list[Group]:
                 b, m, n, k = (int(row[c]) for c in "bmnk")
                 if "timed_mnk" in extra:  # DeepBench padded the problem it timed
                     m, n, k = (int(x) for x in extra["timed_mnk"].split("x"))
-                key = (row["gpu"], row["dtype"], _math_dtype(row, extra), row["op"])
+                # XLA's f32 dots ran as TF32: fp32 storage, TF32 math
+                storage = "fp32" if row["dtype"] == "tf32" else row["dtype"]
+                key = (row["gpu"], storage, _math_dtype(row, extra), row["op"])
                 rows[key].append((b, m, n, k, float(row["time_s"])))
     groups = []
     for (gpu, dtype, math_dtype, op), items in sorted(rows.items()):

@@ -56,10 +56,14 @@ def test_gpt2_vocabulary_is_padded_to_a_multiple_of_64():
 
 
 def test_linear_alignment():
-    # 1001 misses the 8-element rule of fp16 Tensor Cores; padded to 1024 (64 x 16)
-    found = rules_fired(nn.Linear(1024, 1001), meta(512, 1024), rules=["align-linear"])
-    assert found["align-linear"].evidence[""]["padded"] == 1024
-    assert not rules_fired(nn.Linear(1024, 1024), meta(512, 1024), rules=["align-linear"])
+    # 4001 misses the 8-element rule of fp16 Tensor Cores; padded to 4032 (63 x 64). Only
+    # N and K count: the forward (N = 4001) pays, the weight gradient (M = 4001) does not
+    found = rules_fired(nn.Linear(4096, 4001), meta(4096, 4096), rules=["align-linear"])
+    assert found["align-linear"].evidence[""]["padded"] == 4032
+    assert not rules_fired(nn.Linear(4096, 4096), meta(4096, 4096), rules=["align-linear"])
+    # a small layer whose input needs no gradient: its one misaligned GEMM (the forward,
+    # 512 x 1001 x 1024) saves less than the padded output's slice costs in backward
+    assert not rules_fired(nn.Linear(1024, 1001), meta(512, 1024), rules=["align-linear"])
 
 
 def conv_net(channels_in=3, bias=False):
@@ -342,8 +346,10 @@ def test_apply_refuses_a_rule_without_an_automatic_fix(monkeypatch):
 
 def test_fixes_compose_when_they_touch_the_same_layers():
     # 1001 outputs miss the alignment and Q, K, V are separate: fusing them gains more,
-    # so it comes first and the padding leaves the fused layers alone
-    model, x = SeparateQKV(1024, out=1001), meta(1024, 1024)
+    # so it comes first and the padding leaves the fused layers alone. The input needs a
+    # gradient, as an inner layer's does: the forward (N = 1001) and the data gradient
+    # (K = 1001) miss the alignment; the weight gradient's M = 1001 does not count
+    model, x = SeparateQKV(1024, out=1001), meta(1024, 1024).requires_grad_()
     advice = dlperf.advise(model, x, gpu="a100", precision="amp-fp16")
     gains = {f.rule: f.gain_time_s for f in advice.findings}
     assert gains["fuse-qkv"] > gains["align-linear"] > 0

@@ -179,7 +179,7 @@ def _break_gemm(monkeypatch):
     def broken(*args, **kwargs):
         raise TypeError("unsupported operand")
 
-    monkeypatch.setattr(importlib.import_module("dlperf.gemm"), "gemm", broken)
+    monkeypatch.setattr(importlib.import_module("dlperf.kernels.gemm"), "gemm", broken)
 
 
 def test_own_bug_is_one_line_exit_3(capsys, monkeypatch):
@@ -205,7 +205,7 @@ def test_gemm_sizes_at_the_limit_stay_inside_int64():
     import warnings
 
     import dlperf
-    from dlperf.gemm import MAX_MATRIX_ELEMENTS
+    from dlperf.kernels.gemm import MAX_MATRIX_ELEMENTS
 
     side = 2**24  # C = side x side holds exactly the limit of 2**48 elements
     assert side * side == MAX_MATRIX_ELEMENTS

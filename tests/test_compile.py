@@ -14,9 +14,9 @@ from torch import nn
 import dlperf
 from dlperf.compiling import Fold, FusedGroup, fuse
 from dlperf.dtypes import name_of
+from dlperf.kernels.pricing import GemmTimer, time
 from dlperf.ops import CostContext, costed, fallback
 from dlperf.optimizer import optimizer_cost
-from dlperf.pricing import GemmTimer, time
 from dlperf.run import Session, resolve
 from dlperf.tracing import LOSS_MODULE, trace
 

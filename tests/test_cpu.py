@@ -145,7 +145,7 @@ def test_conv_knee_slows_a_short_reduction_on_a_cpu():
     import torch
     from torch import nn
 
-    from dlperf.gemm import predict_many
+    from dlperf.kernels.gemm import predict_many
 
     conv = nn.Conv2d(3, 16, 3, padding=1, bias=False)
     x = torch.empty(2, 3, 32, 32, device="meta")

@@ -10,11 +10,11 @@ import torch.nn.functional as F
 from torch import nn
 
 import dlperf
-from dlperf import pricing
-from dlperf.attention_backends import choose_backend
 from dlperf.errors import DlperfError
 from dlperf.hardware import gpu
 from dlperf.hardware.spec import spec_from_dict
+from dlperf.kernels import pricing
+from dlperf.kernels.attention import choose_backend, torch_version
 from dlperf.models import load_model
 from dlperf.ops.cost import AttentionShape, Cost
 from dlperf.tracing import trace
@@ -70,7 +70,9 @@ def test_gpt2_amp_bf16_training_on_a100_is_fused_bf16_attention():
     assert not [r for r in core if r.family == "matmul"]  # no bmm of Q K^T or P V at all
     assert not [r for r in a.rows if r.family == "softmax" and r.shapes[0][-2:] == [128, 128]]
     # GPT-2 passes no mask on a GPU (is_causal=True), so flash runs it
-    assert "attention: flash (sm80, bf16, head size 64, no mask)" in rows[0].notes
+    (note,) = [n for n in rows[0].notes if n.startswith("attention: ")]
+    assert note.startswith("attention: flash, FlashAttention-2 (sm80, torch ")
+    assert note.endswith(", bf16, head size 64, no mask)")
 
 
 def test_eager_traces_the_models_own_matmuls_and_math_runs_in_the_autocast_dtype():
@@ -160,7 +162,9 @@ def test_a_learned_mask_gets_its_gradient_from_the_kernel():
     a = dlperf.analyze(Biased(), qkv(2, 4, 64, 32), precision="bf16")
     (bwd,) = [r for r in attention_rows(a) if r.phase == "backward"]
     # the memory-efficient kernel (a mask rules out flash) writes the bias gradient
-    assert "attention: efficient (flash takes no attention mask" in bwd.notes[-1]
+    assert "attention: efficient, memory-efficient (cutlass) (flash takes no attention mask" in (
+        bwd.notes[-1]
+    )
     tensor, mask = 2 * 4 * 64 * 32 * 2, 4 * 64 * 64 * 2
     # reads dO, q, k, v, out, lse and the mask; writes dq, dk, dv and the mask's gradient
     assert bwd.bytes == (5 * tensor + 2 * 4 * 64 * 4 + mask) + (3 * tensor + mask)
@@ -197,7 +201,7 @@ def test_the_custom_op_computes_attention_on_real_tensors():
 @pytest.mark.parametrize(
     "device, changes, backend, why",
     [
-        ("a100", {}, "flash", "sm80, bf16, head size 64, no mask"),
+        ("a100", {}, "flash", "bf16, head size 64, no mask"),
         ("v100-sxm2-16gb", {"dtype": "fp16"}, "efficient", "flash needs an sm80+ GPU"),
         ("a100", {"dtype": "fp32"}, "efficient", "flash needs fp16/bf16"),
         ("a100", {"head_dim": 512, "value_dim": 512}, "efficient", "head sizes <= 256"),
@@ -255,16 +259,32 @@ def test_fused_time_is_launch_plus_math_over_waves_or_memory():
     # rows: 8 * 12 * 8 = 768 on 108 SMs, 8 waves keep 768 / 864 of the slots busy
     assert s.flops == 4 * 8 * 12 * 1024**2 * 64 / 2
     eff = a100.efficiency
-    math_s = s.flops / (312e12 * eff.attention_flash_forward_efficiency * 768 / 864)
+    # FlashAttention-2's main loop, from the paper's figure at head size 128: each score's
+    # exponential (16 per clock per SM: 16 x 108 x 1.41 GHz) runs after its 4 d FLOPs
+    exp_rate = 16 * 108 * 1.41e9
+
+    def exp_share(d, flops_per_score_and_d=4):
+        return (1 / exp_rate) / (flops_per_score_and_d * d / 312e12)
+
+    def efficiency(anchor, per_score=4):
+        main = 1 / (1 / anchor - exp_share(128, per_score))
+        # at head size 64; 1024 / 128 = 8 K/V steps per block, causal: 8 / (8 + 3)
+        return 1 / (1 / main + exp_share(64, per_score)) * 8 / 11
+
+    forward = efficiency(eff.attention_flash_forward_efficiency)
+    math_s = s.flops / (312e12 * forward * 768 / 864)
     memory_s = 50e6 / (a100.memory_bandwidth_bytes_per_s * eff.dram_efficiency)
     assert timing.math_s == pytest.approx(math_s) and timing.memory_s == pytest.approx(memory_s)
     assert timing.seconds == pytest.approx(eff.kernel_latency_s + max(math_s, memory_s))
     assert timing.bound == "math"
-    assert timing.note == "attention: flash (sm80, bf16, head size 64, no mask)"
-    # the backward is 2.5x the FLOPs at the backward's lower efficiency, over key blocks
+    version = ".".join(map(str, torch_version(a100)[:2]))
+    expected = f"attention: flash, FlashAttention-2 (sm80, torch {version}, bf16, head size 64, "
+    assert timing.note == expected + "no mask)"
+    # the backward is 2.5x the FLOPs (10 d per score) at the backward's lower efficiency,
+    # over key blocks
     back = dataclasses.replace(s, phase="backward")
     slower = pricing.time(Cost(flops=back.flops, attention=(back,)), a100)
-    ratio = 2.5 * eff.attention_flash_forward_efficiency / eff.attention_flash_backward_efficiency
+    ratio = 2.5 * forward / efficiency(eff.attention_flash_backward_efficiency, 10)
     assert slower.math_s / timing.math_s == pytest.approx(ratio)
 
 

@@ -5,8 +5,8 @@ import pytest
 
 import dlperf
 from dlperf.errors import DlperfError
-from dlperf.gemm import predict_many
-from dlperf.roofline import limiter
+from dlperf.kernels.gemm import predict_many
+from dlperf.kernels.roofline import limiter
 from tests.fake_cpu import fake_cpu_doc
 
 JSON_KEYS = {

@@ -11,11 +11,11 @@ import dlperf
 from dlperf.analysis import price_cost
 from dlperf.dtypes import name_of, runnable_dtype, torch_dtype
 from dlperf.errors import DlperfError
+from dlperf.kernels.losses import AlignmentLoss, LayoutLoss, RereadLoss, WaveLoss
+from dlperf.kernels.pricing import on_chip_bytes, time
 from dlperf.kinds import Bound, Category, LossKind
-from dlperf.losses import AlignmentLoss, LayoutLoss, RereadLoss, WaveLoss
 from dlperf.ops import Cost, CostContext, Gemm, registered_packets
 from dlperf.precision import precision
-from dlperf.pricing import on_chip_bytes, time
 from dlperf.tracing import is_free
 
 

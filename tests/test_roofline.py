@@ -3,7 +3,7 @@
 import pytest
 
 import dlperf
-from dlperf import roofline
+from dlperf.kernels import roofline
 
 
 def gemm_intensity_fp16(m, n, k):

@@ -10,7 +10,7 @@ from torch import nn
 import dlperf
 from dlperf.cli import main
 from dlperf.hardware.framework import framework_host
-from dlperf.host import issue_timeline
+from dlperf.kernels.host import issue_timeline
 from dlperf.run import Session, resolve
 from dlperf.tracing import trace
 

@@ -26,8 +26,8 @@ from .analysis import Analysis
 from .api import analyze, measure, memory, plan, report, serve
 from .api import profile_trace as trace
 from .errors import DlperfError
-from .gemm import GemmResult, gemm
 from .hardware import HardwareSpec, gpu, gpus
+from .kernels.gemm import GemmResult, gemm
 
 __all__ = [
     "Analysis",

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from .compiling import FusionSummary, fuse
 from .dtypes import name_of
 from .hardware import HardwareSpec
-from .host import HostTimeline, issue_timeline
+from .kernels.host import HostTimeline, issue_timeline
+from .kernels.losses import Loss
+from .kernels.pricing import GemmRow, GemmTimer, Timing, time
+from .kernels.roofline import arithmetic_intensity
 from .kinds import Bound, Category, LossKind, Phase
-from .losses import Loss
 from .ops import CATEGORIES, Cost, CostContext, Costed, costed, fallback
 from .optimizer import grad_scaler_cost, optimizer_cost, uses_loss_scaling
-from .pricing import GemmRow, GemmTimer, Timing, time
-from .roofline import arithmetic_intensity
 from .tracing import Trace
 
 __all__ = ["Analysis", "GemmRow", "OpRow", "Tally", "analyze_trace", "price_cost", "tally"]

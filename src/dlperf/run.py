@@ -27,7 +27,10 @@ from .precision import AUTO, Precision, resolve_for
 from .tracing import Trace, trace
 from .tracing.splice import splice
 
-ATTENTION = ("auto", "flash", "efficient", "cudnn", "math", "eager")
+# flash is FlashAttention-2 (also flash2); flash3 and triton are kernels from
+# outside PyTorch that a model's SDPA calls are priced as.
+ATTENTION = ("auto", "flash", "flash2", "flash3", "cudnn", "efficient", "triton", "math", "eager")
+ATTENTION_ALIASES = {"flash2": "flash"}
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ def resolve(
     get_optimizer(optimizer)
     if attention not in ATTENTION:
         raise DlperfError(f"unknown attention {attention!r}; choose from: {', '.join(ATTENTION)}")
+    attention = ATTENTION_ALIASES.get(attention, attention)
     from .training_memory import parse_checkpoint
 
     parse_checkpoint(checkpoint)  # a bad policy is refused before any tracing

@@ -14,7 +14,7 @@ from ..rendering import terminal as text
 from ..rendering.output import show
 from ..rendering.progress import Spinner
 from .files import read_interconnect, writable_file, writable_folder, write_interconnect
-from .options import byte_sizes, model_options
+from .options import byte_sizes, device_spec, model_options
 
 
 def cmd_gpus(args: Namespace) -> None:
@@ -24,9 +24,10 @@ def cmd_gpus(args: Namespace) -> None:
 
 
 def cmd_gemm(args: Namespace) -> None:
-    from ..gemm import gemm
+    from ..kernels.gemm import gemm
 
-    result = gemm(args.m, args.n, args.k, dtype=args.dtype, gpu=args.gpu, batch=args.batch)
+    spec = device_spec(args)
+    result = gemm(args.m, args.n, args.k, dtype=args.dtype, gpu=spec, batch=args.batch)
     show(result, text.gemm_report, args.json)
 
 
@@ -100,7 +101,7 @@ def cmd_serve(args: Namespace) -> None:
     with Spinner(f"tracing {args.model}", quiet=args.json):
         report = serve(
             args.model,
-            gpu=args.gpu,
+            gpu=device_spec(args),
             precision=args.precision,
             input_len=input_len,
             output_len=args.output_len,
@@ -112,6 +113,7 @@ def cmd_serve(args: Namespace) -> None:
             cuda_graphs=args.cuda_graphs,
             gpus_per_node=args.gpus_per_node,
             attention=args.attention,
+            quant_group=args.quant_group,
         )
     show(report, text.serve_report, args.json)
 

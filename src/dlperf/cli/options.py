@@ -82,6 +82,20 @@ def byte_sizes(text: str) -> list[int]:
 # -- shared groups ------------------------------------------------------------
 
 GPU_HELP = "catalogue id, alias, spec file, or 'cpu'"
+# How the card is run: they configure the --gpu spec (`hardware.gpu`).
+DEVICE_SETTINGS = (
+    option(
+        "--power-limit",
+        type=positive_float,
+        metavar="W",
+        help="cap the card at W watts (nvidia-smi -pl): the clock drops to what W feeds",
+    ),
+    option(
+        "--torch-version",
+        metavar="X.Y",
+        help="the PyTorch whose kernels run (SDPA's backend order; default: the installed one)",
+    ),
+)
 JSON = (option("--json", action="store_true", help="print one JSON document"),)
 
 
@@ -102,6 +116,7 @@ MODEL = option(
 # Every verb that takes a model takes these; each feeds the API keyword `api`.
 MODEL_OPTIONS = (
     option("--gpu", api="gpu", default="a100", help=GPU_HELP),
+    *DEVICE_SETTINGS,
     option(
         "--precision",
         api="precision",
@@ -152,8 +167,9 @@ MODEL_OPTIONS = (
         api="attention",
         default="auto",
         choices=list(ATTENTION),
-        help="attention kernel: auto picks what PyTorch's SDPA picks on the GPU; "
-        "eager runs the model's own attention code",
+        help="attention kernel: auto picks what the run's PyTorch SDPA picks on the GPU; "
+        "flash = flash2 (FlashAttention-2), flash3 (FlashAttention-3, Hopper), triton "
+        "(flash-attn's Triton kernel); eager runs the model's own attention code",
     ),
     option(
         "--checkpoint",
@@ -182,9 +198,22 @@ MODEL_OPTIONS = (
 def model_options(args: argparse.Namespace, omit: tuple[str, ...] = ()) -> dict:
     """The model options given, as the API's keywords (model, inputs, gpu, ...),
     less those in `omit`: `dlperf.memory(**model_options(args, ("training",)))`."""
-    return {
+    found = {
         o.api: getattr(args, o.dest) for o in (MODEL, *MODEL_OPTIONS) if o.api and o.api not in omit
     }
+    if "gpu" in found:
+        found["gpu"] = device_spec(args)
+    return found
+
+
+def device_spec(args: argparse.Namespace):
+    """--gpu as given, or its spec configured by --power-limit and --torch-version."""
+    power_limit, version = getattr(args, "power_limit", None), getattr(args, "torch_version", None)
+    if power_limit is None and version is None:
+        return args.gpu
+    from ..hardware import gpu
+
+    return gpu(args.gpu, power_limit=power_limit, torch_version=version)
 
 
 GEMM = (
@@ -192,6 +221,7 @@ GEMM = (
     option("n", type=positive_int, metavar="N"),
     option("k", type=positive_int, metavar="K"),
     option("--gpu", default="a100", help=GPU_HELP),
+    *DEVICE_SETTINGS,
     option("--dtype", default="fp16", choices=DTYPES),
     option("--batch", type=positive_int, default=1, help="batched GEMM count"),
     *JSON,
@@ -304,6 +334,7 @@ MEASURE_COMM = (
 SERVE = (
     MODEL,
     option("--gpu", default="a100", help=GPU_HELP),
+    *DEVICE_SETTINGS,
     option(
         "--precision",
         default="fp16",
@@ -321,6 +352,12 @@ SERVE = (
     ),
     option("--tp", type=positive_int, default=1, help="tensor-parallel GPUs"),
     option("--pp", type=positive_int, default=1, help="pipeline-parallel stages"),
+    option(
+        "--quant-group",
+        type=positive_int,
+        metavar="G",
+        help="weights per scale (and zero) of int8-weight/int4-weight (default: 128)",
+    ),
     option(
         "--kv-cache-dtype",
         choices=["fp16", "bf16", "fp8", "int8"],

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from pathlib import Path
 
 from ..errors import DlperfError, close_matches
-from .spec import SPECS_DIR, HardwareSpec, _architecture_defaults, load_spec_file, spec_from_dict
+from .spec import (
+    CPU_POWER_LIMIT,
+    SPECS_DIR,
+    HardwareSpec,
+    _architecture_defaults,
+    check_settings,
+    load_spec_file,
+    spec_from_dict,
+)
 
 CPU_NAMES = ("cpu", "local")
 
@@ -60,8 +69,31 @@ def resolve_id(name: str) -> str | None:
     return index.get(name.lower()) or index.get(_normalize(name))
 
 
-def gpu(name_or_path) -> HardwareSpec:
-    """A device by catalogue id, alias, device string, spec file path, or 'cpu'."""
+def gpu(
+    name_or_path, *, power_limit: float | None = None, torch_version: str | None = None
+) -> HardwareSpec:
+    """A device by catalogue id, alias, device string, spec file path, or 'cpu'.
+
+    `power_limit` caps the card below its TDP (watts, as `nvidia-smi -pl`);
+    `torch_version` ("2.5") names the PyTorch whose kernels run (SDPA's
+    dispatcher order); both override what a spec file sets.
+    """
+    if power_limit is not None and str(name_or_path).lower() in CPU_NAMES:  # before the probe
+        raise DlperfError(CPU_POWER_LIMIT)
+    spec = _lookup(name_or_path)
+    if power_limit is None and torch_version is None:
+        return spec
+    changes = {}
+    if power_limit is not None:
+        changes["power_limit_watts"] = float(power_limit)
+    if torch_version is not None:
+        changes["torch_version"] = str(torch_version)
+    spec = dataclasses.replace(spec, **changes)
+    check_settings(spec, "")
+    return spec
+
+
+def _lookup(name_or_path) -> HardwareSpec:
     if isinstance(name_or_path, HardwareSpec):
         return name_or_path
     name = str(name_or_path)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,19 +50,40 @@ class Efficiency:
 
     # Fraction of the datasheet bandwidth a large streaming kernel reaches.
     dram_efficiency: float
-    # Fraction of the datasheet bandwidth a large element-wise or reduction
-    # kernel reaches (simpler access patterns than a GEMM's).
+    # Fraction of the datasheet bandwidth an element-wise or reduction kernel
+    # reaches on data its producer just left in L2 (what benchmarks that rerun
+    # one op see), and on data far larger than L2 that streams from DRAM (0: the
+    # same; 0.875 on Ampere and later: "about 85-90%" on A100 and H100, issue 19).
     streaming_dram_efficiency: float
+    cold_dram_efficiency: float
     # Fraction of peak a large GEMM main loop reaches, Tensor Core and CUDA core paths.
     tensor_math_efficiency: float
     simt_math_efficiency: float
+    # The highest fraction of the dense Tensor Core peak any GEMM reaches on the
+    # device as it ships (maximum achievable matmul FLOPS): no tile runs faster.
+    tensor_ceiling_efficiency: float
     # A tile of tm x tn reuses each loaded element r = tm*tn/(tm+tn) times; its main
     # loop runs at r / (r + tile_reuse_knee) of the attainable math rate.
     tile_reuse_knee: float
+    # The knee of TF32 Tensor Core kernels where they differ (0: the same). Hopper's
+    # wgmma takes 32-bit operands only K-major, so a B operand stored [K, N] is
+    # restaged per tile: each loaded element costs more than in 16-bit kernels.
+    tf32_tile_reuse_knee: float
+    # Share of a GEMM's output write that its epilogue does not overlap with the
+    # main loop of the next wave (0: stores fully hidden).
+    serial_store_share: float
     # Fixed cost of one thread-block tile (pipeline fill, epilogue), in SM clock cycles.
     tile_fixed_cycles: float
-    # Shortest kernel: launch and ramp-up on the device, in seconds.
+    # Share of that fixed cost each wave after the first pays again (1: every wave
+    # pays it in full, as non-persistent kernels do).
+    later_wave_fixed_share: float
+    # Shortest kernel: launch and ramp-up on the device, in seconds, as a kernel
+    # timed alone shows it; what one adds back to back in a stream (the next
+    # launch is processed while the previous kernel runs: the gap between them
+    # and the ramp of its first wave), and what it adds replayed in a CUDA graph.
     kernel_latency_s: float
+    stream_kernel_s: float
+    graph_kernel_s: float
     # How many times its even share of DRAM bandwidth one busy SM can draw.
     sm_bandwidth_share: float
     # Math-rate factor of Tensor Core kernels when a GEMM dimension breaks the
@@ -75,6 +97,11 @@ class Efficiency:
     # P4, say). 0 disables the limit.
     simt_watts_per_core_ghz: float
     tensor_watts_per_sm_ghz: float
+    # Clock under a power cap: a card at its rated clock under a full Tensor Core
+    # load draws its TDP; idle power is this share of the TDP, and the rest grows
+    # as clock ** power_clock_exponent (dynamic power ~ f V^2, V rising with f).
+    idle_power_share: float
+    power_clock_exponent: float
     # Bytes an SM must have in flight for a memory-bound kernel to draw its share
     # of bandwidth: smaller tensors sit on the latency plateau (seed 000, fig. 1-3).
     saturation_bytes_per_sm: float
@@ -104,10 +131,18 @@ class Efficiency:
     attention_efficient_backward_efficiency: float
     attention_cudnn_forward_efficiency: float
     attention_cudnn_backward_efficiency: float
+    attention_flash3_forward_efficiency: float
+    attention_flash3_backward_efficiency: float
+    attention_triton_forward_efficiency: float
+    attention_triton_backward_efficiency: float
+    # Exponentials (and other special functions) an SM computes per clock: the
+    # softmax's share of a fused attention kernel (CUDA guide's throughput table).
+    special_function_ops_per_clock_per_sm: float
 
     def attention_efficiency(self, backend: str, phase: str) -> float:
-        """The fraction of peak of a fused attention `backend` ("flash",
-        "efficient", "cudnn") in `phase` ("forward", "backward")."""
+        """The paper's fraction of peak of a fused attention `backend` ("flash",
+        "efficient", "cudnn", "flash3", "triton") in `phase` ("forward",
+        "backward") at head size 128 and long sequences (0: none published)."""
         return getattr(self, f"attention_{backend}_{phase}_efficiency")
 
     @classmethod
@@ -137,6 +172,11 @@ class HardwareSpec:
     compute_capability: str = ""
     tensor_core_clock_mhz: float | None = None
     tdp_watts: float | None = None
+    # A cap below the TDP (`nvidia-smi -pl`, `--power-limit`): the clock drops to
+    # what the cap feeds (`kernels.clocks`). None: the card's own TDP.
+    power_limit_watts: float | None = None
+    # The PyTorch version whose kernels run (SDPA's dispatcher order); "": the installed one.
+    torch_version: str = ""
     nvlink_bandwidth_bytes_per_s: float | None = None
     pcie_bandwidth_bytes_per_s: float | None = None
     # Tensor Cores load operands in 16-byte pieces; Ampere and later run best
@@ -183,21 +223,11 @@ class HardwareSpec:
         return self.boost_clock_mhz * 1e6
 
     def sustained_clock_fraction(self, tensor_cores: bool = False) -> float:
-        """Fraction of the boost clock the SMs hold under a full math load.
+        """Fraction of the rated clock the SMs hold under a full math load, under
+        the card's power limit (`kernels.clocks`)."""
+        from ..kernels.clocks import sustained_clock_fraction
 
-        A power limit: a card whose TDP cannot feed its busy units at boost
-        clock slows down in proportion (1.0 when no TDP or constant is known).
-        """
-        eff = self.efficiency
-        ghz = self.boost_clock_mhz / 1e3
-        if tensor_cores:
-            demand = eff.tensor_watts_per_sm_ghz * self.sm_count * ghz
-        else:
-            cores = self.math["fp32"].macs_per_clock_per_sm if "fp32" in self.math else 0
-            demand = eff.simt_watts_per_core_ghz * cores * self.sm_count * ghz
-        if not self.tdp_watts or demand <= 0:
-            return 1.0
-        return min(1.0, self.tdp_watts / demand)
+        return sustained_clock_fraction(self, tensor_cores)
 
     def computed_peak_flops_per_s(self, dtype: str) -> float:
         """SMs x clock x multiply-adds per clock per SM x 2."""
@@ -245,6 +275,8 @@ _OPTIONAL = {
     "compute_capability": str,
     "tensor_core_clock_mhz": float,
     "tdp_watts": float,
+    "power_limit_watts": float,
+    "torch_version": str,
     "nvlink_bandwidth_bytes_per_s": float,
     "pcie_bandwidth_bytes_per_s": float,
     "tensor_alignment_bytes": int,
@@ -354,7 +386,36 @@ def spec_from_dict(raw: dict, where: str = "spec", arch_defaults: dict | None = 
         eff[key] = _number(where, f"efficiency.{key}", value, float, allow_zero=True)
     values["efficiency"] = Efficiency(**eff)
     values["path"] = where
-    return HardwareSpec(**values)
+    spec = HardwareSpec(**values)
+    check_settings(spec, where)
+    return spec
+
+
+CPU_POWER_LIMIT = "--power-limit applies to GPUs; the CPU's clock is what the probe measured"
+TORCH_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
+
+
+def check_settings(spec: HardwareSpec, where: str) -> None:
+    """Refuse a power limit or a PyTorch version the device cannot take.
+    `where` names a spec file ("" for the command line's options)."""
+    limit = spec.power_limit_watts
+    flag = f"{where}: power_limit_watts" if where else "--power-limit"
+    if limit is not None:
+        if spec.kind == "cpu":
+            raise DlperfError(CPU_POWER_LIMIT)
+        if not math.isfinite(limit) or limit <= 0:
+            raise DlperfError(f"{flag} must be a positive number of watts (got {limit})")
+        if spec.tdp_watts and limit > spec.tdp_watts:
+            raise DlperfError(
+                f"{flag} {limit:g} W is above the {spec.id}'s {spec.tdp_watts:g} W TDP; "
+                "a cap can only lower it"
+            )
+        if not spec.tdp_watts:
+            raise DlperfError(f"{flag} needs the device's tdp_watts, which {spec.id} does not give")
+    version = spec.torch_version
+    if version and not TORCH_VERSION.match(version):
+        name = f"{where}: torch_version" if where else "--torch-version"
+        raise DlperfError(f"{name} {version!r} is not a version like 2.5 or 2.8.0")
 
 
 def load_spec_file(path: str | Path) -> HardwareSpec:

@@ -17,10 +17,10 @@ from ..dtypes import name_of, runnable_dtype
 from ..errors import DlperfError
 from ..hardware import HardwareSpec, resolve_id
 from ..hardware import gpu as get_gpu
+from ..kernels.pricing import GemmTimer, time
+from ..kernels.roofline import roofline_time_s
 from ..ops import CostContext, cost_of
 from ..precision import precision
-from ..pricing import GemmTimer, time
-from ..roofline import roofline_time_s
 from ..tracing import OpEvent, TensorMeta
 from .kineto import Kernel, busy_time_us, read_trace
 

@@ -13,7 +13,7 @@ score matrix stays on chip: the bytes are q, k, v, the output and its row
 log-sum-exp (plus dO, dQ, dK, dV backward, and the mask when one is given);
 the dropout RNG seed is a few bytes. Which backend runs, hence the time, is
 for the device to say: the cost carries an `AttentionShape` hint that
-`pricing` resolves (`attention_backends`). The explicit "math" form needs no
+`pricing` resolves (`kernels.attention`). The explicit "math" form needs no
 handler: it reaches the dispatcher as bmm, softmax and element-wise ops.
 """
 

@@ -38,6 +38,10 @@ class Gemm:
     # A convolution's channel reduction (C*R*S; K*R*S for the data gradient):
     # CPU kernels run short dot products slowly. 0 for other GEMMs.
     conv_reduction: int = 0
+    # Weight-only quantization of the B operand (`kernels.quantized`): its bits
+    # (4 or 8; 0: not quantized) and the weights per scale group.
+    weight_bits: int = 0
+    quant_group: int = 0
 
     @property
     def flops(self) -> float:
@@ -49,7 +53,7 @@ class AttentionShape:
     """One scaled-dot-product attention call, for the fused-kernel pricing:
     q (batch, heads, q_len, head_dim), k (batch, kv_heads, kv_len, head_dim),
     v (batch, kv_heads, kv_len, value_dim). Which backend runs it depends on
-    the device (`attention_backends.choose_backend`), hence a hint."""
+    the device (`kernels.attention.choose_backend`), hence a hint."""
 
     batch: int
     heads: int
@@ -64,7 +68,7 @@ class AttentionShape:
     mask: str  # "" (none), "bool" or "float": an explicit attention mask
     dropout: float
     phase: str  # "forward" or "backward"
-    requested: str  # "auto", "flash", "efficient" or "cudnn"
+    requested: str  # "auto", or a kernel of `kernels.attention.BACKENDS`
     needs_grad: bool = True  # a backward will follow (the forward of a training step)
     # Bytes the fused kernel moves: q, k, v, the output and its log-sum-exp (their
     # gradients backward) and the mask; no L x S matrix.

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DlperfError
-from ..gemm import gemm
 from ..hardware import gpu as get_gpu
-from ..pricing import on_chip_bytes
-from ..roofline import streaming_time_s
-from ..tiling import TILES, predict_many
+from ..kernels.gemm import gemm
+from ..kernels.gemm_tiles import TILES, predict_many
+from ..kernels.pricing import on_chip_bytes
+from ..kernels.roofline import streaming_time_s
 
 SWEEPS = {}
 
@@ -130,10 +130,10 @@ def _lstm_step(spec, hidden: int, batch: int, persistent: bool) -> float:
     persistent kernel (the guide's limits on hidden size and minibatch)."""
     import torch
 
+    from ..kernels.pricing import time
     from ..ops.cost import Cost, CostContext
     from ..ops.rnn import persistence, rnn_gemms
     from ..precision import precision
-    from ..pricing import time
 
     info = {
         "mode": "LSTM",

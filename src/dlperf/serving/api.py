@@ -46,6 +46,7 @@ def serve(
     must_fit: bool = True,
     session: Session | None = None,
     attention: str = "auto",
+    quant_group: int | None = None,
 ) -> ServeReport:
     """Predict serving a decoder LLM (`hf:llama-7b`, a model file whose forward
     takes `past_key_values`, ...) on `tp` x `pp` GPUs: time to first token,
@@ -62,13 +63,15 @@ def serve(
     not fit is refused unless `must_fit` is false (then `fits` says so).
     `attention` is the attention kernel as for `dlperf.analyze` ("math": an
     engine that computes attention with batched GEMMs and a softmax kernel).
+    `quant_group` is the weights per scale of int8-weight and int4-weight
+    (default 128; tinygemm's int4 runs 32).
     """
     check_lengths(input_len, output_len, batch, concurrency)
     _check_counts(tp, pp, gpus_per_node)
     if isinstance(model, Run):  # its model and GPU; serving sets the rest
         model, gpu = model.model, model.spec
     spec = get_gpu(gpu)
-    scheme = scheme_for(precision, spec)
+    scheme = scheme_for(precision, spec, quant_group)
     kv_dtype = kv_dtype_for(kv_cache_dtype, scheme)
     run = resolve(
         model,

@@ -18,12 +18,12 @@ re-pricing of the traced ops, stated here once:
   produced them (TensorRT-LLM fuses it into the norm and activation kernels),
   so the GEMM reads 1 B per element and no extra pass is priced.
 - int8-weight / int4-weight: weight-only quantization, weights read at 1 or
-  0.5 B plus one fp16 scale per group of 128 along the input features
-  (AWQ/GPTQ's usual group size), dequantized in registers into fp16 GEMMs:
-  the math is fp16 and unchanged, the weight traffic shrinks. With fewer
-  than 5 tokens the kernel is TensorRT-LLM's CUDA-core batched GEMV, which
-  streams the weights (priced as a memory-bound kernel). Decode at small
-  batch is weight-read bound, so it speeds up about by the bytes.
+  0.5 B plus their group's scale (and, for int4, zero point) along the input
+  features (`quant_group`, default 128: AWQ/GPTQ's usual size), dequantized in
+  registers into fp16 GEMMs (`kernels.quantized`): the math is fp16 and
+  unchanged, the weight traffic shrinks, the dequantization adds CUDA-core
+  work. With fewer than 5 tokens the kernel is TensorRT-LLM's CUDA-core
+  batched GEMV, which streams the weights and dequantizes them in turn.
 - The KV cache (`kv_cache_dtype`): keys and values stored at 2 or 1 B; the
   attention over the cache reads them at that size, the step writes its new
   tokens at that size.
@@ -37,17 +37,16 @@ from dataclasses import dataclass
 from ..dtypes import bytes_per_element
 from ..errors import DlperfError
 from ..hardware import HardwareSpec
+from ..kernels.quantized import (
+    DEFAULT_GROUP,
+    GEMV_BELOW_TOKENS,
+    GEMV_ROLE,
+    bytes_per_weight,
+)
 from ..ops.cost import Cost, Gemm
 from ..ops.linear import is_linear_gemm, is_linear_module
 from ..precision import resolve_for
 from ..tracing import OpEvent, within
-
-GROUP_SIZE = 128  # weights per scale of weight-only quantization (AWQ/GPTQ default)
-# Below this many tokens a weight-only GEMM runs TensorRT-LLM's CUDA-core batched
-# GEMV, which streams the weights (WeightOnlyQuantMatmulPlugin, SMALL_M_FAST_PATH).
-GEMV_BELOW_TOKENS = 5
-GEMV_ROLE = "weight-only GEMV"
-SCALE_BYTES = 2  # one fp16 scale per group
 
 
 @dataclass(frozen=True)
@@ -59,33 +58,53 @@ class Scheme:
     gemm_dtype: str  # their math dtype ("base" until resolved)
     needs: str = ""  # a math dtype the GPU must have
     what: str = ""
+    weight_bits: int = 0  # weight-only quantization: 4 or 8 (0: none)
+    group: int = 0  # weights per scale group of weight-only quantization
 
     def quantized(self) -> bool:
         return self.weight_bytes != bytes_per_element(self.base) or self.gemm_dtype != self.base
 
 
-_GROUPED_SCALE = SCALE_BYTES / GROUP_SIZE  # 2 / 128 = 0.015625 B per weight
+def _weight_only(bits: int, group: int) -> Scheme:
+    zero = ", a scale and a zero" if bits == 4 else ", a scale"
+    return Scheme(
+        f"int{bits}-weight",
+        "fp16",
+        bytes_per_weight(bits, group),
+        2,
+        "fp16",
+        what=f"int{bits} weights{zero} per {group}, fp16 math",
+        weight_bits=bits,
+        group=group,
+    )
+
+
 SCHEMES = {
     "fp16": Scheme("fp16", "fp16", 2, 2, "fp16", what="fp16 weights and math"),
     "bf16": Scheme("bf16", "bf16", 2, 2, "bf16", what="bf16 weights and math"),
     "fp8": Scheme("fp8", "bf16", 1, 1, "fp8", "fp8", "fp8 (e4m3) weights and activations"),
     "int8": Scheme("int8", "fp16", 1, 1, "int8", "int8", "SmoothQuant W8A8 int8 GEMMs"),
-    "int8-weight": Scheme(
-        "int8-weight", "fp16", 1 + _GROUPED_SCALE, 2, "fp16", what="int8 weights, fp16 math"
-    ),
-    "int4-weight": Scheme(
-        "int4-weight", "fp16", 0.5 + _GROUPED_SCALE, 2, "fp16", what="int4 weights, fp16 math"
-    ),
+    "int8-weight": _weight_only(8, DEFAULT_GROUP),
+    "int4-weight": _weight_only(4, DEFAULT_GROUP),
 }
 KV_CACHE_DTYPES = ("fp16", "bf16", "fp8", "int8")
 
 
-def scheme_for(name: str, spec: HardwareSpec) -> Scheme:
-    """The precision `name` on `spec`, refused in one line where the GPU lacks its math."""
+def scheme_for(name: str, spec: HardwareSpec, group: int | None = None) -> Scheme:
+    """The precision `name` on `spec`, refused in one line where the GPU lacks its
+    math; `group` sets the weights per scale of weight-only precisions."""
     key = str(name).lower()
     if key not in SCHEMES:
         raise DlperfError(f"unknown serving precision {name!r}; choose from: {', '.join(SCHEMES)}")
     scheme = SCHEMES[key]
+    if group is not None:
+        if not scheme.weight_bits:
+            raise DlperfError(
+                f"--quant-group applies to int8-weight and int4-weight, not {scheme.name}"
+            )
+        if group < 1 or group & (group - 1):
+            raise DlperfError(f"--quant-group {group} must be a power of two, like 32 or 128")
+        scheme = _weight_only(scheme.weight_bits, group)
     if scheme.needs == "fp8" and not spec.has_dtype("fp8"):
         raise DlperfError(
             f"{spec.id} has no fp8 Tensor Cores (fp8 needs Hopper, Ada or Blackwell); "
@@ -133,6 +152,8 @@ def linear_cost(gemm: Gemm, has_bias: bool, scheme: Scheme, out_bytes: int) -> C
         storage=storage,
         tensor_bytes=(a + b + c) * gemm.count,
         role=GEMV_ROLE if _gemv(scheme, m) else quantized_role(scheme),
+        weight_bits=scheme.weight_bits,
+        quant_group=scheme.group,
     )
     return Cost(flops=gemm.flops, bytes_read=a + b + bias, bytes_written=c, gemms=(new,))
 

@@ -10,9 +10,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ..dtypes import bytes_per_element, runnable_dtype
+from ..kernels.quantized import GEMV_ROLE
+from ..kernels.roofline import arithmetic_intensity, ridge_point
 from ..kinds import Bound
-from ..roofline import arithmetic_intensity, ridge_point
-from .quant import GEMV_ROLE, Scheme, quantized_role
+from .quant import Scheme, quantized_role
 
 TOP_OPS = 8
 # Batch sizes tried for the decode's turn to math (powers of two).

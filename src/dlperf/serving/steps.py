@@ -28,15 +28,15 @@ from torch import nn
 
 from ..analysis import OpRow, dtype_of, op_row
 from ..hardware import HardwareSpec
+from ..kernels.pricing import GemmTimer, time
 from ..kinds import Bound, Category, Phase
 from ..models import LoadedModel, load_model
 from ..ops import CostContext, costed, fallback
-from ..pricing import GemmTimer, time
 from ..run import Run, Session
 from ..tracing import repeated_blocks, within
 from .cache import step_inputs
 from .collectives import collective_time_s
-from .quant import GEMV_ROLE, Scheme, quantize
+from .quant import Scheme, quantize
 from .sharding import shard
 
 TRACED_BLOCKS = 3  # first, middle, last: the middle one stands for the others
@@ -153,10 +153,7 @@ def _row(event, found, spec: HardwareSpec, timer: GemmTimer, unsupported) -> OpR
     cost = found.cost
     tensors = event.tensors()
     dtype = dtype_of(tensors, event, cost)
-    if any(g.role == GEMV_ROLE for g in cost.gemms):  # a kernel that streams its weights
-        timing = time(dataclasses.replace(cost, gemms=()), spec, dtype, timer)
-    else:
-        timing = time(cost, spec, dtype, timer)
+    timing = time(cost, spec, dtype, timer)
     labelled = found._replace(category=found.category or Category.OTHER, family=found.family or "")
     row = op_row(event, tensors, labelled, timing, dtype, event.op not in unsupported)
     row.phase = Phase.FORWARD

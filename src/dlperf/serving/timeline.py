@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DlperfError
-from ..host import issue_timeline
+from ..kernels.host import issue_timeline
 from .collectives import send_time_s
 from .steps import Step, StepTracer
 

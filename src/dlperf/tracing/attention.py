@@ -7,7 +7,7 @@ fused kernel (FlashAttention, memory-efficient or cuDNN) in the inputs' half
 precision. While tracing, `fused_attention` replaces each SDPA call by the
 custom op `dlperf::attention` (and its backward by `dlperf::attention_backward`):
 one event per call and phase, which `ops/attention.py` costs and `pricing`
-times for the backend the target device would choose (`attention_backends`).
+times for the backend the target device would choose (`kernels.attention`).
 The op's autograd saves what the flash kernel saves (q, k, v, the output and
 the row log-sum-exp), so activation memory follows the kernel through the
 recorder's saved-tensor hooks. For "math", `math_decomposition` runs SDPA's
@@ -28,7 +28,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 # The backends a user may ask for that run through the fused op.
-FUSED_REQUESTS = ("auto", "flash", "efficient", "cudnn")
+FUSED_REQUESTS = ("auto", "flash", "efficient", "cudnn", "flash3", "triton")
 _SDPA = F.scaled_dot_product_attention
 
 

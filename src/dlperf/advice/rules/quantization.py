@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...gemm import gemm
+from ...kernels.gemm import gemm
 from .. import TALK, Finding, fixes, rule
 from .common import MIN_SHARE, severity, share
 

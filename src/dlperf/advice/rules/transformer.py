@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ... import pricing
 from ...dtypes import torch_dtype
+from ...kernels import pricing
 from ...ops import CostContext, cost_of
 from ...tracing import OpEvent, TensorMeta
 from .. import TALK, Finding, fixes, rule

@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .dtypes import accumulator_bytes, bytes_per_element, check_dtype
-from .hardware import HardwareSpec
+from ..dtypes import accumulator_bytes, bytes_per_element, check_dtype
+from ..hardware import HardwareSpec
 
 # Thread-block tiles (rows x columns of C), largest first. The first eight are
 # the seeds' cuBLAS list; the narrow ones serve skinny problems.
@@ -86,16 +86,26 @@ def is_starved(tiles: int, spec: HardwareSpec) -> bool:
     return spec.kind != "cpu" and tiles < spec.sm_count * STARVED_SM_SHARE
 
 
+def _reuse(tm: int, tn: int) -> float:
+    """Times a tile tm x tn reuses each element it loads: tm * tn / (tm + tn)."""
+    return tm * tn / (tm + tn)
+
+
 def _ceil_div(a, b):
     return -(-a // b)
 
 
-def _alignment_factor(m, n, k, spec: HardwareSpec, dtype: str):
-    """Math-rate factor for Tensor Core alignment, elementwise over arrays."""
+def _alignment_factor(n, k, spec: HardwareSpec, dtype: str):
+    """Math-rate factor for Tensor Core alignment, elementwise over arrays.
+
+    Only N and K count: the kernels load A along K and B along K or N in
+    16-byte vectors, so a row count M (the tokens of a linear layer) that is
+    no multiple of 8 costs a partial tile, never narrower loads.
+    """
     need, best = spec.alignment_elements(dtype)
     eff = spec.efficiency
-    missed = (m % need != 0) | (n % need != 0) | (k % need != 0)
-    not_best = (m % best != 0) | (n % best != 0) | (k % best != 0)
+    missed = (n % need != 0) | (k % need != 0)
+    not_best = (n % best != 0) | (k % best != 0)
     return np.where(
         missed,
         eff.misaligned_tensor_efficiency,
@@ -114,9 +124,11 @@ class _Problem:
     spec: HardwareSpec
     in_bytes: int
     out_bytes: int
-    rate: np.ndarray  # attainable math rate of the whole device, alignment included
+    rate: np.ndarray  # attainable math rate of the whole device's main loops
+    alignment: np.ndarray  # math-rate factor of Tensor Core alignment (1 off them)
     bandwidth: float
     fixed_s: float  # one tile's fixed cost
+    reuse_knee: float  # the tile-reuse knee of this math path
     tensor_bytes: np.ndarray | None
 
     @classmethod
@@ -129,8 +141,17 @@ class _Problem:
         base = eff.tensor_math_efficiency if unit.tensor_cores else eff.simt_math_efficiency
         clock_fraction = spec.sustained_clock_fraction(unit.tensor_cores)
         rate = unit.peak_flops_per_s * base * clock_fraction
+        alignment = np.ones(m.shape)
+        knee = eff.tile_reuse_knee
+        if math_dtype == "tf32" and eff.tf32_tile_reuse_knee > 0:
+            knee = eff.tf32_tile_reuse_knee
         if unit.tensor_cores:
-            rate = rate * _alignment_factor(m, n, k, spec, math_dtype)
+            alignment = _alignment_factor(n, k, spec, math_dtype)
+            # No GEMM runs faster than the device's ceiling: the largest tile's main
+            # loop is held to it, and every smaller tile in proportion.
+            best = _reuse(*TILES[0])
+            ceiling = unit.peak_flops_per_s * clock_fraction * eff.tensor_ceiling_efficiency
+            rate = min(rate, ceiling * (best + knee) / best)
         fixed = eff.tile_fixed_cycles / (spec.clock_hz(unit.tensor_cores) * clock_fraction)
         return cls(
             m,
@@ -141,8 +162,10 @@ class _Problem:
             bytes_per_element(dtype),
             accumulator_bytes(dtype),
             np.broadcast_to(rate, m.shape).astype(float),
+            alignment,
             spec.memory_bandwidth_bytes_per_s * eff.dram_efficiency,
             fixed,
+            knee,
             tensor_bytes,
         )
 
@@ -179,7 +202,7 @@ def _cpu_price(p: _Problem) -> GemmPrice:
     m, n, k, batch = p.m, p.n, p.k, p.batch
     latency = p.spec.efficiency.kernel_latency_s
     unique = (batch * ((m * k + k * n) * p.in_bytes + m * n * p.out_bytes)).astype(float)
-    math_t = 2.0 * batch * m * n * k / p.rate
+    math_t = 2.0 * batch * m * n * k / (p.rate * p.alignment)
     mem_t = unique / p.bandwidth
     ones = np.ones_like(m)
     return GemmPrice(
@@ -207,15 +230,18 @@ def _tile_prices(p: _Problem, tm: int, tn: int, split_factors, narrowed: bool):
     tiles_m, tiles_n = _ceil_div(m, tm), _ceil_div(n, tn)
     output_tiles = tiles_m * tiles_n * batch
     per_sm = max(1, min(MAX_TILES_PER_SM, SM_TILE_AREA // (tm * tn)))
-    reuse = tm * tn / (tm + tn)
-    sm_rate = p.rate / sms * (reuse / (reuse + eff.tile_reuse_knee))
+    reuse = _reuse(tm, tn)
+    sm_rate = p.rate * (reuse / (reuse + p.reuse_knee)) * p.alignment / sms
     tile_eff = (m * n) / (tiles_m * tm * tiles_n * tn)
     dram_traffic = p.dram_traffic(tm, tn, per_sm)
     for split in split_factors:
         k_split = _ceil_div(k, split)
         tiles = output_tiles * split
         waves = _ceil_div(tiles, sms * per_sm)
-        math_t = _ceil_div(tiles, sms) * (2.0 * tm * tn * k_split / sm_rate) + waves * p.fixed_s
+        # Pipeline fill and epilogue: paid by the first wave; later waves pay a share
+        # of it (persistent kernels overlap one tile's epilogue with the next's loads).
+        fixed_t = p.fixed_s * (1.0 + (waves - 1) * eff.later_wave_fixed_share)
+        math_t = _ceil_div(tiles, sms) * (2.0 * tm * tn * k_split / sm_rate) + fixed_t
         moved = dram_traffic
         latency = np.full(m.shape, eff.kernel_latency_s)
         if split > 1:
@@ -223,8 +249,12 @@ def _tile_prices(p: _Problem, tm: int, tn: int, split_factors, narrowed: bool):
             moved = dram_traffic + 2.0 * batch * m * n * split * PARTIAL_SUM_BYTES
             latency = latency + eff.kernel_latency_s
         busy = np.minimum(1.0, tiles / sms)
-        mem_t = moved / (p.bandwidth * np.minimum(1.0, busy * eff.sm_bandwidth_share))
-        time = latency + np.maximum(math_t, mem_t)
+        bandwidth = p.bandwidth * np.minimum(1.0, busy * eff.sm_bandwidth_share)
+        mem_t = moved / bandwidth
+        # The epilogue's store of a wave's outputs overlaps the next wave's main
+        # loop only in part: the rest of the output's write adds to the time.
+        store_t = eff.serial_store_share * batch * m * n * p.out_bytes / bandwidth
+        time = latency + np.maximum(math_t, mem_t) + store_t
         if refused_batched:
             time = np.where(batch > 1, np.inf, time)
         if split > 1:

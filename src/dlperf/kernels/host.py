@@ -20,6 +20,10 @@ next step and hides part of the first issue.
   no dispatch or autograd per op); the optimizer stays eager;
 - CUDA graphs: one `graph_launch_host_s` replays the whole step.
 
+A kernel that starts while its predecessor still runs pays the back-to-back
+fixed cost instead of its alone launch latency (`fixed_costs`): the step sums
+the overlapped figure, the per-op rows keep the alone one.
+
 An op of several kernels is issued kernel by kernel, its host cost and its
 GPU time shared evenly among them, so a long optimizer loop overlaps its own
 kernels. On a CPU the host is the device: each op's price already holds its
@@ -34,9 +38,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .hardware import HardwareSpec
-from .hardware.framework import FrameworkHost, framework_host
-from .kinds import Phase
+from ..hardware import HardwareSpec
+from ..hardware.framework import FrameworkHost, framework_host
+from ..kinds import Phase
+from .fixed_costs import overlap_saving_s
 
 # Rows of these phases run inside torch.compile's graphs; the optimizer step
 # runs eager after them.
@@ -95,7 +100,11 @@ def _plain_sum(rows: list, cuda_graphs: bool, compiled: bool) -> HostTimeline:
 
 
 def _run(
-    host: list[float], gpu: list[float], queue: int, syncs: list[bool] | None = None
+    host: list[float],
+    gpu: list[float],
+    queue: int,
+    syncs: list[bool] | None = None,
+    saving_s: float = 0.0,
 ) -> tuple[float, float, np.ndarray]:
     """(end of the GPU's last kernel, end of the host's last issue, the GPU's
     wait before each kernel) of kernels issued in order on one stream.
@@ -104,6 +113,9 @@ def _run(
     pending, only after kernel i-queue has finished; the GPU starts it once
     issued and once kernel i-1 has finished. After a kernel marked in
     `syncs` the host waits for the GPU to finish it (a value read back).
+    A kernel issued while the previous one still runs starts back to back and
+    costs `saving_s` less than priced alone (`fixed_costs`); one the GPU had
+    to wait for pays its full launch.
     """
     ends = [0.0] * len(gpu)
     idle = [0.0] * len(gpu)
@@ -115,6 +127,8 @@ def _run(
         if issued > end:
             idle[i] = issued - end
             end = issued
+        elif i:
+            g = max(0.0, g - saving_s)
         end += g
         ends[i] = end
         if syncs[i]:
@@ -151,8 +165,9 @@ def issue_timeline(
     last = np.cumsum(per_row) - 1
     syncs = np.zeros(len(gpu), dtype=bool)
     syncs[last] = [bool(getattr(r, "host_sync", False)) for r in rows]
+    saving = overlap_saving_s(spec, cuda_graphs)
     end, issued, idle = _run(
-        host.tolist(), gpu.tolist(), int(costs.launch_queue_depth), syncs.tolist()
+        host.tolist(), gpu.tolist(), int(costs.launch_queue_depth), syncs.tolist(), saving
     )
     phases = np.repeat(np.array([_phase(r) for r in rows]), per_row)
     by_phase: dict[str, float] = {}
@@ -160,7 +175,7 @@ def issue_timeline(
         by_phase[name] = float(idle[phases == name].sum())
     return HostTimeline(
         step_s=end,
-        gpu_busy_s=float(gpu.sum()),
+        gpu_busy_s=end - float(idle.sum()),
         host_s=issued,
         idle_s=float(idle.sum()),
         idle_by_phase_s=by_phase,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dtypes import runnable_dtype
-from .kinds import Bound
+from ..dtypes import runnable_dtype
+from ..kinds import Bound
 
 _MATH, _MEMORY, _LATENCY = Bound.MATH, Bound.MEMORY, Bound.LATENCY
 
@@ -61,16 +61,26 @@ def streaming_terms(bytes_moved, spec, flops=0.0, dtype: str = "fp32"):
     A kernel pays its launch latency, then moves its bytes at the attainable
     bandwidth; a tensor too small to keep every SM's share of bytes in flight
     draws proportionally less (the small-tensor plateau of the memory-limited
-    layers guide, figures 1-3). Its arithmetic runs on CUDA cores and rarely
-    matters (a device that lacks `dtype` runs the nearest it has). Works on
-    numbers and on numpy arrays alike.
+    layers guide, figures 1-3). Of its b bytes, a share 1 - b/L2 is still in
+    L2 where its producer left it and streams at `streaming_dram_efficiency`
+    (what benchmarks that rerun one op see); the rest comes from DRAM at
+    `cold_dram_efficiency` (0: the same). Its arithmetic runs on CUDA cores
+    and rarely matters (a device that lacks `dtype` runs the nearest it has).
+    Works on numbers and on numpy arrays alike.
     """
     eff = spec.efficiency
     in_flight = spec.sm_count * eff.saturation_bytes_per_sm
     share = np.minimum(1.0, np.maximum(bytes_moved, 1.0) / in_flight * eff.sm_bandwidth_share)
-    bandwidth = spec.memory_bandwidth_bytes_per_s * eff.streaming_dram_efficiency * share
+    peak = spec.memory_bandwidth_bytes_per_s * share
+    warm = eff.streaming_dram_efficiency
+    cold = eff.cold_dram_efficiency or warm
+    if spec.kind == "cpu" or not spec.l2_cache_bytes or cold == warm:
+        memory_s = bytes_moved / (peak * warm)
+    else:
+        in_l2 = np.clip(1.0 - np.asarray(bytes_moved, dtype=float) / spec.l2_cache_bytes, 0.0, 1.0)
+        memory_s = bytes_moved * (in_l2 / warm + (1.0 - in_l2) / cold) / peak
     math_rate = spec.peak_flops_per_s(runnable_dtype(dtype, spec))
-    return flops / math_rate, bytes_moved / bandwidth, eff.kernel_latency_s
+    return flops / math_rate, memory_s, eff.kernel_latency_s
 
 
 def streaming_time_s(bytes_moved, spec, flops=0.0, dtype: str = "fp32"):

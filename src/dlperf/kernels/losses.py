@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import ClassVar
 
-from .kinds import LossKind
+from ..kinds import LossKind
 
 # A GEMM's tiles are worth a word when padding wastes this share of their work or more.
 TILE_NOTED_BELOW = 0.9
@@ -152,13 +152,15 @@ class LatencyLoss(Loss):
 
 def alignment_losses(m: int, n: int, k: int, dtype: str, spec, gemm: int = -1) -> list[Loss]:
     """The dimensions of a GEMM run in `dtype` on `spec` that break Tensor Core
-    alignment (none where CUDA cores run it)."""
+    alignment (none where CUDA cores run it). Only N and K: the kernels load
+    along them, and a row count M costs a partial tile (tile quantization),
+    not narrower loads."""
     if not spec.uses_tensor_cores(dtype):
         return []
     need, best = spec.alignment_elements(dtype)
     eff = spec.efficiency
     found = []
-    for dim, size in (("m", m), ("n", n), ("k", k)):
+    for dim, size in (("n", n), ("k", k)):
         if size % need or size % best:
             required = bool(size % need)
             found.append(
@@ -187,7 +189,7 @@ def alignment_verdicts(losses: list[Loss]) -> dict[str, str]:
 
 
 def quantization_losses(price, m: int, n: int, gemm: int = -1) -> list[Loss]:
-    """The tile and wave losses of a priced GEMM (`tiling.GemmPrice`) worth a word."""
+    """The tile and wave losses of a priced GEMM (`gemm_tiles.GemmPrice`) worth a word."""
     found = []
     if price.tile_efficiency < TILE_NOTED_BELOW:
         found.append(

@@ -1,15 +1,30 @@
-"""Which kernel runs a scaled-dot-product attention call on a device, and why.
+"""Which kernel runs a scaled-dot-product attention call on a device, why, and
+how fast.
 
 `choose_backend` follows PyTorch's SDPA dispatcher
 (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp, `select_sdp_backend`;
-sdp_utils_cpp.cpp for the CPU): on CUDA it tries FlashAttention-2, then the
-memory-efficient (xformers/cutlass) kernel, then the math decomposition, and
-runs cuDNN's fused attention only when asked. Each rule below is one of the
-dispatcher's checks, with the reason it gives when it fails. On a CPU,
-PyTorch has a flash kernel (no dropout) and the math path.
+sdp_utils_cpp.cpp for the CPU) as the run's PyTorch version orders it
+(`spec.torch_version`, default the installed one): FlashAttention-2, then the
+memory-efficient (xformers/cutlass) kernel, then the math decomposition. cuDNN's
+fused attention goes first on sm90 and sm100 in 2.5.0 (made opt-in again in
+2.5.1 after its bugs) and from 2.11 on (the bundled cuDNN passes the 9.15 gate
+of `check_prefer_cudnn_attention`); elsewhere it runs only when asked. Each rule
+below is one of the dispatcher's checks, with the reason it gives when it
+fails. On a CPU, PyTorch has a flash kernel (no dropout) and the math path.
 
-Recent PyTorch builds (cuDNN newer than 9.15) put cuDNN first on sm90 and
-sm100; dlperf keeps flash first there too, as the dispatcher long did.
+Two kernels outside PyTorch can be asked for: `flash3` (FlashAttention-3,
+flash-attn's Hopper kernels: sm90 only) and `triton` (the Triton flash kernel of
+flash-attn 1.x, `flash_attn_triton`, llm-foundry's `attn_impl: triton`).
+
+Speed (`attention_efficiency`): a kernel's main loop runs its GEMMs at a fraction
+of peak, and each score needs one exponential on the SMs' special-function
+units (16 per clock per SM), which FlashAttention-2, the memory-efficient and
+the Triton kernels run between their GEMMs while FlashAttention-3 and Hopper's
+cuDNN kernels overlap them. The exponentials weigh more at small head sizes.
+Each thread block also pays a prologue and epilogue about one K/V step long
+(its Q tile in, its O tile out), and under a causal mask it computes the
+diagonal tile whole: short sequences and causal masks run slower. The papers'
+figures (long sequences, head size 128) anchor each kernel's main-loop rate.
 """
 
 from __future__ import annotations
@@ -17,12 +32,22 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .dtypes import bytes_per_element, runnable_dtype
-from .errors import DlperfError
-from .ops.cost import AttentionShape, Cost, Gemm
+from ..dtypes import bytes_per_element, runnable_dtype
+from ..errors import DlperfError
+from ..ops.cost import AttentionShape, Cost, Gemm
 
-# The kernels SDPA may run (`choose_backend` names one of them).
-BACKENDS = ("flash", "efficient", "cudnn", "math")
+# The kernels `choose_backend` names: SDPA's own, and two from outside PyTorch.
+BACKENDS = ("flash", "efficient", "cudnn", "math", "flash3", "triton")
+# What the reports call each (the user may say flash2 for flash).
+KERNEL_NAMES = {
+    "flash": "FlashAttention-2",
+    "flash3": "FlashAttention-3",
+    "efficient": "memory-efficient (cutlass)",
+    "cudnn": "cuDNN fused attention",
+    "triton": "Triton flash kernel",
+    "math": "math (GEMMs and softmax)",
+}
+ALIASES = {"flash2": "flash"}
 _HALF = ("fp16", "bf16")
 # Compute capability of a spec without one, by architecture family.
 _FAMILY_SM = {
@@ -39,7 +64,9 @@ _FAMILY_SM = {
 _FLASH_SM = ((8, 0), (12, 1))
 _EFFICIENT_SM = ((5, 0), (12, 1))
 _CUDNN_SM = ((8, 0), (12, 1))
+_TRITON_SM = ((8, 0), (12, 1))
 FLASH_MAX_HEAD_DIM = 256
+TRITON_MAX_HEAD_DIM = 128  # flash_attn_triton's head sizes
 
 
 def compute_capability(spec) -> tuple[int, int]:
@@ -112,12 +139,58 @@ def _cudnn_refusal(cc, s: AttentionShape) -> str:
     return ""
 
 
-_GPU_RULES = {"flash": _flash_refusal, "efficient": _efficient_refusal, "cudnn": _cudnn_refusal}
+def _flash3_refusal(cc, s: AttentionShape) -> str:
+    if cc[0] != 9:
+        return f"FlashAttention-3 runs on Hopper (sm90) only and this GPU is {_sm(cc)}"
+    if s.dtype not in (*_HALF, "fp8"):
+        return f"FlashAttention-3 needs fp16/bf16/fp8 and the inputs are {s.dtype}"
+    if s.mask:
+        return "FlashAttention-3 takes no attention mask and the model passes one"
+    if max(s.head_dim, s.value_dim) > FLASH_MAX_HEAD_DIM or s.head_dim % 8:
+        return f"FlashAttention-3 needs head sizes that are multiples of 8, <= {FLASH_MAX_HEAD_DIM}"
+    return ""
+
+
+def _triton_refusal(cc, s: AttentionShape) -> str:
+    if not _in(cc, _TRITON_SM):
+        return f"the Triton flash kernel needs an sm80+ GPU and this one is {_sm(cc)}"
+    if s.dtype not in _HALF:
+        return f"the Triton flash kernel needs fp16/bf16 and the inputs are {s.dtype}"
+    if s.head_dim != s.value_dim or s.head_dim > TRITON_MAX_HEAD_DIM:
+        return f"the Triton flash kernel needs equal head sizes <= {TRITON_MAX_HEAD_DIM}"
+    if s.dropout > 0:
+        return "the Triton flash kernel takes no dropout"
+    return ""
+
+
+_GPU_RULES = {
+    "flash": _flash_refusal,
+    "efficient": _efficient_refusal,
+    "cudnn": _cudnn_refusal,
+    "flash3": _flash3_refusal,
+    "triton": _triton_refusal,
+}
 _AUTO_ORDER = ("flash", "efficient")
-# On Hopper and Blackwell recent PyTorch tries cuDNN's attention first (its
-# kernels use those GPUs' asynchronous Tensor Core instructions, as
-# FlashAttention-3 does; PyTorch's own flash kernel is FlashAttention-2).
-_AUTO_ORDER_SM90 = ("cudnn", "flash", "efficient")
+# cuDNN first on Hopper and Blackwell (its kernels use their asynchronous Tensor
+# Core instructions, as FlashAttention-3 does; PyTorch's flash kernel is FA2).
+_AUTO_ORDER_CUDNN_FIRST = ("cudnn", "flash", "efficient")
+
+
+def torch_version(spec) -> tuple[int, ...]:
+    """The PyTorch version whose dispatcher runs: the spec's, else the installed one."""
+    text = getattr(spec, "torch_version", "") or _installed_torch()
+    return tuple(int(part) for part in text.split(".")[:3])
+
+
+def _installed_torch() -> str:
+    import torch
+
+    return torch.__version__.split("+")[0]
+
+
+def cudnn_first(cc, version: tuple[int, ...]) -> bool:
+    """Whether SDPA tries cuDNN first: sm90/sm100 under PyTorch 2.5.0, or 2.11 and later."""
+    return cc[0] in (9, 10) and (version[:3] == (2, 5, 0) or version[:2] >= (2, 11))
 
 
 def _cpu_flash_refusal(s: AttentionShape) -> str:
@@ -135,6 +208,7 @@ def choose_backend(spec, shape: AttentionShape, requested: str = "auto") -> tupl
     the device or the inputs cannot run is refused with a DlperfError. An
     aten op of a real run (`shape.named`) is priced as its own kernel where
     the device runs it."""
+    requested = ALIASES.get(requested, requested)
     if requested != "auto" and requested not in _GPU_RULES:
         choices = ", ".join(("auto", *_GPU_RULES))
         raise DlperfError(f"unknown attention backend {requested!r}; choose from: {choices}")
@@ -144,24 +218,27 @@ def choose_backend(spec, shape: AttentionShape, requested: str = "auto") -> tupl
     if shape.named and not _GPU_RULES[shape.named](cc, shape):
         return shape.named, "the kernel the trace ran"
     if requested == "auto":
-        return _dispatch(cc, shape)
+        return _dispatch(cc, shape, torch_version(spec))
     refusal = _GPU_RULES[requested](cc, shape)
     if refusal:
-        instead = _dispatch(cc, shape)[0]
+        instead = _dispatch(cc, shape, torch_version(spec))[0]
         raise DlperfError(
             f"--attention {requested} cannot run on the {spec.id}: {refusal}; use {instead} or auto"
         )
     return requested, "as requested"
 
 
-def _dispatch(cc, s: AttentionShape) -> tuple[str, str]:
-    """The dispatcher's own order: the first backend that can run, and why."""
+def _dispatch(cc, s: AttentionShape, version: tuple[int, ...]) -> tuple[str, str]:
+    """The dispatcher's own order under PyTorch `version`: the first backend
+    that can run, and why."""
     refusals = []
-    for backend in _AUTO_ORDER_SM90 if cc[0] in (9, 10) else _AUTO_ORDER:
+    first = cudnn_first(cc, version)
+    for backend in _AUTO_ORDER_CUDNN_FIRST if first else _AUTO_ORDER:
         refusal = _GPU_RULES[backend](cc, s)
         if not refusal:
             mask = f"{s.mask} mask" if s.mask else "no mask"
-            fits = f"{_sm(cc)}, {s.dtype}, head size {s.head_dim}, {mask}"
+            torch_text = "torch " + ".".join(map(str, version[:2]))
+            fits = f"{_sm(cc)}, {torch_text}, {s.dtype}, head size {s.head_dim}, {mask}"
             return backend, "; ".join(refusals) or fits
         refusals.append(refusal)
     return "math", "; ".join(refusals)
@@ -169,7 +246,7 @@ def _dispatch(cc, s: AttentionShape) -> tuple[str, str]:
 
 def _choose_on_cpu(shape: AttentionShape, requested: str) -> tuple[str, str]:
     refusal = _cpu_flash_refusal(shape)
-    if requested in ("efficient", "cudnn"):
+    if requested in ("efficient", "cudnn", "flash3", "triton"):
         raise DlperfError(
             f"--attention {requested} is a CUDA kernel; the CPU runs flash or math: use auto"
         )
@@ -199,14 +276,60 @@ class FusedTerms(NamedTuple):
     wave_efficiency: float
 
 
+# Kernels that overlap the exponentials with their GEMMs (warp-specialized
+# ping-pong on Hopper's asynchronous Tensor Cores); the others run them in turn.
+_OVERLAPPED = ("flash3",)
+_OVERLAPPED_ON_SM90 = ("cudnn",)
+# The papers' figures, which anchor each kernel's main loop, are at this head size.
+ANCHOR_HEAD_DIM = 128
+
+
+def _overlaps_softmax(spec, backend: str) -> bool:
+    return backend in _OVERLAPPED or (
+        backend in _OVERLAPPED_ON_SM90 and compute_capability(spec)[0] >= 9
+    )
+
+
+def _exp_share(spec, shape: AttentionShape, head_dim: int, peak: float) -> float:
+    """Time of a score's exponential over the time of its GEMM FLOPs at peak."""
+    eff = spec.efficiency
+    clock = spec.clock_hz(False) * spec.sustained_clock_fraction(False)
+    exp_rate = eff.special_function_ops_per_clock_per_sm * spec.sm_count * clock
+    per_score = 2.0 * (head_dim + head_dim) if shape.phase == "forward" else 2.0 * 5 * head_dim
+    return (1.0 / exp_rate) / (per_score / peak)
+
+
+def attention_efficiency(spec, shape: AttentionShape, backend: str, peak: float) -> float:
+    """Fraction of `peak` a fused kernel reaches on `shape`: its main loop (anchored
+    on the paper's figure at head size 128 and long sequences), its exponentials
+    (serial or overlapped), and its per-block prologue and causal diagonal."""
+    anchor = spec.efficiency.attention_efficiency(backend, shape.phase)
+    if anchor <= 0:
+        return 0.0
+    head_dim = (shape.head_dim + shape.value_dim) // 2
+    at_anchor = _exp_share(spec, shape, ANCHOR_HEAD_DIM, peak)
+    here = _exp_share(spec, shape, head_dim, peak)
+    if _overlaps_softmax(spec, backend):
+        main_loop = anchor
+        loop = 1.0 / max(1.0 / main_loop, here)
+    else:
+        main_loop = 1.0 / max(1.0, 1.0 / anchor - at_anchor)  # 1/anchor = 1/main + exp share
+        loop = 1.0 / (1.0 / main_loop + here)
+    steps = math.ceil((shape.kv_len if shape.phase == "forward" else shape.q_len) / BLOCK_ROWS)
+    # one prologue + epilogue per block, about one K/V step; a causal block computes
+    # (n + 1) / 2 steps on average of which n / 2 are useful
+    blocks = steps / (steps + 3) if shape.causal else steps / (steps + 1)
+    return loop * blocks
+
+
 def fused_terms(spec, shape: AttentionShape, backend: str) -> FusedTerms:
-    """Math at peak(dtype) x the backend's efficiency x wave efficiency; memory
-    at the attainable bandwidth; one launch."""
+    """Math at peak(dtype) x the kernel's efficiency on this shape x wave
+    efficiency; memory at the attainable bandwidth; one launch."""
     dtype = runnable_dtype(shape.math_dtype, spec)
     unit = spec.unit(dtype)
     eff = spec.efficiency
-    rate = unit.peak_flops_per_s * spec.sustained_clock_fraction(unit.tensor_cores)
-    rate *= eff.attention_efficiency(backend, shape.phase)
+    peak = unit.peak_flops_per_s * spec.sustained_clock_fraction(unit.tensor_cores)
+    rate = peak * attention_efficiency(spec, shape, backend, peak)
     rows = shape.q_len if shape.phase == "forward" else shape.kv_len
     blocks = shape.batch * shape.heads * math.ceil(rows / BLOCK_ROWS)
     waves = math.ceil(blocks / spec.sm_count)

@@ -1,6 +1,6 @@
 """One GEMM on one device, as `dlperf gemm` reports it.
 
-The kernel model (tiles, waves, split-K, alignment) is `tiling`; the time,
+The kernel model (tiles, waves, split-K, alignment) is `gemm_tiles`; the time,
 the limiter and the losses come from `pricing.time`, the same call that
 prices every op of an analysis, so `dlperf gemm` and `dlperf analyze` agree
 on a GEMM by construction. This module adds the report: FLOPs, bytes,
@@ -13,15 +13,15 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .dtypes import accumulator_bytes, bytes_per_element, check_dtype
-from .errors import DlperfError
-from .hardware import HardwareSpec
-from .hardware import gpu as get_gpu
-from .kinds import Bound, LossKind
-from .ops.cost import Cost, Gemm
+from ..dtypes import accumulator_bytes, bytes_per_element, check_dtype
+from ..errors import DlperfError
+from ..hardware import HardwareSpec
+from ..hardware import gpu as get_gpu
+from ..kinds import Bound, LossKind
+from ..ops.cost import Cost, Gemm
+from .gemm_tiles import TILES, predict_many
 from .pricing import GemmTimer, Timing, time
 from .roofline import arithmetic_intensity
-from .tiling import TILES, predict_many
 
 __all__ = ["MAX_MATRIX_ELEMENTS", "TILES", "GemmResult", "gemm", "predict_many"]
 

@@ -2,12 +2,12 @@
 
 `time(cost, spec)` serves `dlperf gemm`, the analysis, the trace report and
 the advice alike. GEMM-backed costs are priced GEMM by GEMM by the tile
-model (`tiling`), each distinct shape once (`GemmTimer`); the rest as
+model (`gemm_tiles`), each distinct shape once (`GemmTimer`); the rest as
 memory-bound kernels with the small-tensor plateau (`roofline`). The hints
 a handler leaves (NCHW data to transpose, an input to re-read unless it fits
 on chip) are resolved here, with the spec, into bytes and `Loss` records.
 A fused attention call is priced as the kernel the device's SDPA dispatcher
-picks (`attention_backends`): launch latency + max(FLOPs at the backend's
+picks (`kernels.attention`): launch latency + max(FLOPs at the backend's
 fraction of peak over its waves, bytes at the attainable bandwidth); the
 math path as its GEMMs and L x S traffic. The limiter is `roofline.limiter`,
 the one rule.
@@ -21,10 +21,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .attention_backends import BLOCK_ROWS, choose_backend, fused_terms, math_cost
-from .dtypes import runnable_dtype
-from .hardware import HardwareSpec
-from .kinds import Bound
+from ..dtypes import runnable_dtype
+from ..hardware import HardwareSpec
+from ..kinds import Bound
+from ..ops.cost import Cost, Gemm
+from .attention import BLOCK_ROWS, KERNEL_NAMES, choose_backend, fused_terms, math_cost
+from .gemm_tiles import GemmPrice, is_starved, predict_many
 from .losses import (
     ONE_WAVE_NOTED_BELOW,
     WAVES_NOTED_BELOW,
@@ -37,9 +39,8 @@ from .losses import (
     alignment_verdicts,
     quantization_losses,
 )
-from .ops.cost import Cost, Gemm
+from .quantized import GEMV_ROLE, bytes_per_weight, dequant_s, gemv_terms
 from .roofline import limiter, streaming_terms
-from .tiling import GemmPrice, is_starved, predict_many
 
 __all__ = ["GemmRow", "GemmTimer", "Loss", "Timing", "on_chip_bytes", "time"]
 
@@ -219,6 +220,10 @@ def _gemms(cost: Cost, spec, timer, eager: bool, hints: list[Loss]) -> Timing:
         p, verdicts, found, short = timer.findings(g, i)
         launches = g.launches or g.count  # a persistent kernel runs its GEMMs in one launch
         one = p.time_s * g.count - p.latency_s * (g.count - launches)
+        if g.weight_bits:  # weight tiles dequantized on CUDA cores before the MMAs
+            dequant = dequant_s(spec, g.k * g.n * g.batch, g.weight_bits, g.m) * g.count
+            one += dequant
+            math_s += dequant
         seconds += one
         math_s += p.math_time_s * g.count
         memory_s += p.memory_time_s * g.count
@@ -246,6 +251,25 @@ def _gemms(cost: Cost, spec, timer, eager: bool, hints: list[Loss]) -> Timing:
     if bound is _LATENCY:
         losses.append(_LATENCY_LOSS[starved])
     return Timing(seconds, math_s, memory_s, latency_s, bound, moved, tuple(losses), tuple(rows))
+
+
+def _weight_only_gemv(cost: Cost, spec: HardwareSpec) -> Timing:
+    """A few-token weight-only GEMM: the CUDA-core GEMV that streams its weights
+    and dequantizes them (`quantized.gemv_terms`), one launch each."""
+    memory_s = alu_s = 0.0
+    for g in cost.gemms:
+        other = g.tensor_bytes / g.count - g.k * g.n * g.batch * bytes_per_weight(
+            g.weight_bits, g.quant_group
+        )
+        mem, alu = gemv_terms(spec, g.k * g.n * g.batch, g.weight_bits, g.quant_group, g.m, other)
+        memory_s += mem * g.count
+        alu_s += alu * g.count
+    latency_s = spec.efficiency.kernel_latency_s * sum(g.launches or g.count for g in cost.gemms)
+    seconds = latency_s + memory_s + alu_s
+    bound = limiter(alu_s, memory_s, latency_s)
+    losses = (_LATENCY_LOSS[False],) if bound is _LATENCY else ()
+    note = f"weight-only int{cost.gemms[0].weight_bits} GEMV on CUDA cores: dequantized in turn"
+    return Timing(seconds, alu_s, memory_s, latency_s, bound, cost.bytes, losses, (), note)
 
 
 def _fused_attention(shape, backend: str, spec: HardwareSpec, eager: bool) -> Timing:
@@ -278,7 +302,7 @@ def _attention(cost: Cost, spec: HardwareSpec, timer: GemmTimer, eager: bool) ->
     parts, notes = [], []
     for shape in cost.attention:
         backend, why = choose_backend(spec, shape, shape.requested)
-        notes.append(f"attention: {backend} ({why})")
+        notes.append(f"attention: {backend}, {KERNEL_NAMES[backend]} ({why})")
         if backend == "math":
             parts.append(_gemms(math_cost(spec, shape), spec, timer, eager, []))
         else:
@@ -315,6 +339,8 @@ def time(
     if cost.attention:
         return _attention(cost, spec, timer, eager)
     hints = _hints(cost, spec) if cost.layout_transpose_bytes or cost.reread_bytes else ()
+    if cost.gemms and cost.gemms[0].role == GEMV_ROLE and spec.kind != "cpu":
+        return _weight_only_gemv(cost, spec)
     if cost.gemms:
         return _gemms(cost, spec, timer, eager, hints)
     return _streaming(cost, spec, runnable_dtype(dtype, spec), timer, eager, hints)

@@ -1,0 +1,58 @@
+"""The clock a card sustains under a full math load, within its power limit.
+
+Two effects, each from its own evidence:
+
+- Cards whose TDP cannot feed their units at the datasheet clock (the 70-75 W
+  T4, P4, L4): their demand grows linearly with the clock, per CUDA core or
+  per SM (`simt_watts_per_core_ghz`, `tensor_watts_per_sm_ghz`, fitted on the
+  measured GEMMs of ../shared/data), and the clock drops in proportion.
+- A power cap below the TDP (`--power-limit`, `nvidia-smi -pl`, a spec's
+  `power_limit_watts`): a card at its rated Tensor Core clock under a full
+  load draws its TDP; a share `idle_power_share` of that is drawn whatever the
+  clock, the rest grows as clock ** `power_clock_exponent` (dynamic power is
+  f V^2, and the voltage rises with the clock). The exponent follows from two
+  parts of one chip that NVIDIA rates at different powers: the 700 W H100 SXM
+  at 1830 MHz and the 400 W H100 NVL at 1545 MHz (835 dense fp16 TFLOPS on
+  132 SMs): with an idle tenth of 700 W, (400 - 70) / (700 - 70) =
+  (1545 / 1830) ** a gives a = ln(0.5238) / ln(0.8443) = 3.82.
+
+Memory-bound kernels are not slowed: HBM runs on its own clock.
+"""
+
+from __future__ import annotations
+
+from ..hardware import HardwareSpec
+
+
+def _linear_demand_fraction(spec: HardwareSpec, tensor_cores: bool) -> float:
+    """Below 1 where the card's TDP cannot feed its busy units at the datasheet clock."""
+    eff = spec.efficiency
+    ghz = spec.boost_clock_mhz / 1e3
+    if tensor_cores:
+        demand = eff.tensor_watts_per_sm_ghz * spec.sm_count * ghz
+    else:
+        cores = spec.math["fp32"].macs_per_clock_per_sm if "fp32" in spec.math else 0
+        demand = eff.simt_watts_per_core_ghz * cores * spec.sm_count * ghz
+    if not spec.tdp_watts or demand <= 0:
+        return 1.0
+    return min(1.0, spec.tdp_watts / demand)
+
+
+def power_cap_fraction(spec: HardwareSpec, limit_watts: float | None = None) -> float:
+    """Fraction of its rated clock a card holds when capped at `limit_watts`
+    (default: the spec's `power_limit_watts`); 1 at or above its TDP."""
+    limit = limit_watts if limit_watts is not None else spec.power_limit_watts
+    tdp = spec.tdp_watts
+    if not limit or not tdp or limit >= tdp:
+        return 1.0
+    eff = spec.efficiency
+    idle = eff.idle_power_share * tdp
+    if limit <= idle:
+        return 0.0
+    return ((limit - idle) / (tdp - idle)) ** (1.0 / eff.power_clock_exponent)
+
+
+def sustained_clock_fraction(spec: HardwareSpec, tensor_cores: bool = False) -> float:
+    """Fraction of the rated clock held under a full math load (1.0 when no
+    TDP or demand is known)."""
+    return _linear_demand_fraction(spec, tensor_cores) * power_cap_fraction(spec)
