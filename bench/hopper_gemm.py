@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from accuracy import ape, predict_group  # noqa: E402
 from calibrate import fit_family  # noqa: E402
 from dlperf.hardware import gpu, gpus  # noqa: E402
-from dlperf.hardware.spec import _architecture_defaults  # noqa: E402
+from dlperf.hardware.spec import Efficiency, _architecture_defaults  # noqa: E402
 from dlperf.kernels.gemm_tiles import predict_many  # noqa: E402
 from sources import Group, load_csv_groups, load_trace_groups  # noqa: E402
 
@@ -115,23 +115,25 @@ def leave_one_out(groups: list[Group]) -> None:
     for name, (_, judge) in splits.items():
         held = _errors(judge, fitted[name])
         print(f"| {name} | {len(held)} | {np.median(held):.1%} | {np.median(_errors(judge)):.1%} |")
-    ampere = {
-        k: v for k, v in defaults["ampere"].items() if k in start and k != "cold_dram_efficiency"
-    }
-    ampere = {k: float(v) for k, v in ampere.items() if not isinstance(v, str)}
-    ampere.pop("tensor_ceiling_efficiency", None)
-    print(
-        f"| (architecture) H100 rows with Ampere's constants | {sum(len(g) for g in groups)} | "
-        f"{np.median(_errors(groups, ampere)):.1%} | {np.median(_errors(groups)):.1%} |"
-    )
-    hopper = {k: float(v) for k, v in defaults["hopper"].items() if not isinstance(v, str)}
-    hopper.pop("tensor_ceiling_efficiency", None)
+
+
+def _family_constants(family: str) -> dict:
+    """A family's efficiency constants, less its GEMM ceiling (each device keeps its own)."""
+    table = {**_architecture_defaults()["default"], **_architecture_defaults()[family]}
+    names = set(Efficiency.field_names()) - {"tensor_ceiling_efficiency"}
+    return {k: float(v) for k, v in table.items() if k in names}
+
+
+def across_architectures(groups: list[Group]) -> None:
+    """Each family's constants on the other's rows."""
+    print("| rows | with the other family's constants | with their own |")
+    print("|---|---|---|")
+    h100 = np.median(_errors(groups, _family_constants("ampere")))
+    print(f"| H100 (xla_h100) with Ampere's | {h100:.1%} | {np.median(_errors(groups)):.1%} |")
     a100 = [g for g in load_trace_groups() + load_csv_groups("llmcompass") if len(g) >= 20]
-    print(
-        f"| (architecture) A100 trace + LLMCompass rows with Hopper's constants | "
-        f"{sum(len(g) for g in a100)} | {np.median(_errors(a100, hopper)):.1%} | "
-        f"{np.median(_errors(a100)):.1%} |"
-    )
+    theirs = np.median(_errors(a100, _family_constants("hopper")))
+    own = np.median(_errors(a100))
+    print(f"| A100 (trace, LLMCompass) with Hopper's | {theirs:.1%} | {own:.1%} |")
 
 
 def ceilings() -> None:
@@ -162,6 +164,8 @@ def main() -> int:
     if not args.skip_loo:
         print("\n### Leave one out\n")
         leave_one_out(groups)
+    print("\n### Across architectures\n")
+    across_architectures(groups)
     print("\n### Ceilings\n")
     ceilings()
     return 0
