@@ -7,7 +7,6 @@ Expected values are derived from the spec data (read, not restated) with the
 arithmetic in the comments.
 """
 
-import dataclasses
 import math
 import subprocess
 import sys
@@ -26,6 +25,8 @@ from dlperf.kernels.host import issue_timeline
 from dlperf.kernels.quantized import bytes_per_weight
 from dlperf.kernels.roofline import streaming_terms
 from dlperf.ops.cost import AttentionShape
+from tests.test_fused_attention import shape
+from tests.test_host import Row
 
 H100 = dlperf.gpu("h100")
 A100 = dlperf.gpu("a100")
@@ -61,14 +62,6 @@ def test_the_token_dimension_m_needs_no_alignment():
 
 
 # -- fixed costs ---------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Row:
-    time_s: float
-    kernels: int = 1
-    phase: str = "forward"
-    host_ops: int = 1
 
 
 def test_kernels_back_to_back_pay_the_overlapped_fixed_cost():
@@ -132,9 +125,12 @@ def test_power_limit_400_on_an_h100_sxm_runs_near_the_h100_nvl_rated_clock():
     )
 
 
-def test_power_limit_is_refused_above_the_tdp_and_on_the_cpu():
+def test_power_limit_is_refused_above_the_tdp_below_idle_and_on_the_cpu():
     with pytest.raises(DlperfError, match="above the h100-sxm5-80gb's 700 W TDP"):
         dlperf.gpu("h100", power_limit=800)
+    # idle is 0.1 x 700 = 70 W: no clock runs at or below it
+    with pytest.raises(DlperfError, match="idle draw"):
+        dlperf.gpu("h100", power_limit=70)
     with pytest.raises(DlperfError, match="applies to GPUs"):
         dlperf.gpu("cpu", power_limit=100)
 
@@ -161,14 +157,10 @@ def test_power_limit_on_the_command_line():
 # -- attention -----------------------------------------------------------------
 
 
-def _shape(**kw) -> AttentionShape:
-    base = dict(
-        batch=8, heads=16, kv_heads=16, q_len=4096, kv_len=4096, head_dim=128, value_dim=128,
-        causal=False, dtype="bf16", math_dtype="bf16", mask="", dropout=0.0, phase="forward",
-        requested="auto",
-    )  # fmt: skip
-    base.update(kw)
-    return AttentionShape(**base)
+def _shape(**changes) -> AttentionShape:
+    """Attention at batch 8 x 16 heads, 4096 tokens, head size 128, bf16, no mask, forward."""
+    long = dict(heads=16, kv_heads=16, q_len=4096, kv_len=4096, head_dim=128, value_dim=128)
+    return shape(**{**long, "causal": False, "dropout": 0.0, **changes})
 
 
 def test_the_dispatcher_order_follows_the_torch_version():
@@ -181,6 +173,9 @@ def test_the_dispatcher_order_follows_the_torch_version():
     assert cudnn_first((10, 0), (2, 12)) and not cudnn_first((8, 0), (2, 12))
     with pytest.raises(DlperfError, match="not a version"):
         dlperf.gpu("h100", torch_version="latest")
+    # what torch.__version__ prints: local builds and pre-releases (an NGC container's)
+    assert choose_backend(dlperf.gpu("h100", torch_version="2.14.1+cu130"), shape)[0] == "cudnn"
+    assert choose_backend(dlperf.gpu("h100", torch_version="2.6.0a0+git1234"), shape)[0] == "flash"
 
 
 def test_flash3_and_triton_are_priced_and_flash3_needs_hopper():
@@ -256,8 +251,9 @@ def test_quant_group_is_refused_where_it_means_nothing():
         from dlperf.serving.quant import scheme_for
 
         scheme_for("bf16", A100, 32)
-    with pytest.raises(DlperfError, match="power of two"):
-        scheme_for("int4-weight", A100, 48)
+    for bad in (48, 8, 64.0, True):
+        with pytest.raises(DlperfError, match="power of two"):
+            scheme_for("int4-weight", A100, bad)
 
 
 # -- catalogue -----------------------------------------------------------------

@@ -21,6 +21,7 @@ from .analysis import Analysis, analyze_trace
 from .errors import DlperfError
 from .hardware import HardwareSpec
 from .hardware import gpu as get_gpu
+from .kernels.attention import ALIASES as ATTENTION_KERNEL_ALIASES
 from .models import LoadedModel, load_model, parse_input
 from .optimizer import get_optimizer
 from .precision import AUTO, Precision, resolve_for
@@ -30,7 +31,6 @@ from .tracing.splice import splice
 # flash is FlashAttention-2 (also flash2); flash3 and triton are kernels from
 # outside PyTorch that a model's SDPA calls are priced as.
 ATTENTION = ("auto", "flash", "flash2", "flash3", "cudnn", "efficient", "triton", "math", "eager")
-ATTENTION_ALIASES = {"flash2": "flash"}
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def resolve(
     get_optimizer(optimizer)
     if attention not in ATTENTION:
         raise DlperfError(f"unknown attention {attention!r}; choose from: {', '.join(ATTENTION)}")
-    attention = ATTENTION_ALIASES.get(attention, attention)
+    attention = ATTENTION_KERNEL_ALIASES.get(attention, attention)
     from .training_memory import parse_checkpoint
 
     parse_checkpoint(checkpoint)  # a bad policy is refused before any tracing

@@ -53,7 +53,7 @@ class Efficiency:
     # Fraction of the datasheet bandwidth an element-wise or reduction kernel
     # reaches on data its producer just left in L2 (what benchmarks that rerun
     # one op see), and on data far larger than L2 that streams from DRAM (0: the
-    # same; 0.875 on Ampere and later: "about 85-90%" on A100 and H100, issue 19).
+    # same; measured 0.845 on the A100, 0.875 taken for Hopper and Blackwell).
     streaming_dram_efficiency: float
     cold_dram_efficiency: float
     # Fraction of peak a large GEMM main loop reaches, Tensor Core and CUDA core paths.
@@ -392,7 +392,16 @@ def spec_from_dict(raw: dict, where: str = "spec", arch_defaults: dict | None = 
 
 
 CPU_POWER_LIMIT = "--power-limit applies to GPUs; the CPU's clock is what the probe measured"
-TORCH_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
+# "2.5", "2.5.1", and what torch.__version__ prints ("2.14.1+cu130", "2.6.0a0+git1234").
+TORCH_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:[a-z]+\d*)?(?:\+[\w.]+)?$")
+
+
+def parse_torch_version(text: str) -> tuple[int, ...] | None:
+    """(major, minor) or (major, minor, patch) of a PyTorch version; None if it is not one."""
+    found = TORCH_VERSION.match(text.strip())
+    if not found:
+        return None
+    return tuple(int(part) for part in found.groups() if part is not None)
 
 
 def check_settings(spec: HardwareSpec, where: str) -> None:
@@ -412,8 +421,21 @@ def check_settings(spec: HardwareSpec, where: str) -> None:
             )
         if not spec.tdp_watts:
             raise DlperfError(f"{flag} needs the device's tdp_watts, which {spec.id} does not give")
+        idle = spec.efficiency.idle_power_share * spec.tdp_watts
+        if limit <= idle:
+            raise DlperfError(
+                f"{flag} {limit:g} W is at or below the {spec.id}'s idle draw ({idle:g} W): "
+                "no clock runs there; give more watts"
+            )
+    eff = spec.efficiency
+    if not 0 <= eff.idle_power_share < 1 or eff.power_clock_exponent <= 0:
+        where_ = where or spec.id
+        raise DlperfError(
+            f"{where_}: efficiency.idle_power_share must be in [0, 1) and "
+            "efficiency.power_clock_exponent positive"
+        )
     version = spec.torch_version
-    if version and not TORCH_VERSION.match(version):
+    if version and parse_torch_version(version) is None:
         name = f"{where}: torch_version" if where else "--torch-version"
         raise DlperfError(f"{name} {version!r} is not a version like 2.5 or 2.8.0")
 

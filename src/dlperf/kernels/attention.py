@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 from ..dtypes import bytes_per_element, runnable_dtype
 from ..errors import DlperfError
+from ..hardware.spec import parse_torch_version
 from ..ops.cost import AttentionShape, Cost, Gemm
 
 # The kernels `choose_backend` names: SDPA's own, and two from outside PyTorch.
@@ -177,15 +178,12 @@ _AUTO_ORDER_CUDNN_FIRST = ("cudnn", "flash", "efficient")
 
 
 def torch_version(spec) -> tuple[int, ...]:
-    """The PyTorch version whose dispatcher runs: the spec's, else the installed one."""
-    text = getattr(spec, "torch_version", "") or _installed_torch()
-    return tuple(int(part) for part in text.split(".")[:3])
-
-
-def _installed_torch() -> str:
+    """The PyTorch version whose dispatcher runs: the spec's, else the installed one.
+    "2.5" means the 2.5 line's last release (2.5.1); "2.5.0" its first."""
     import torch
 
-    return torch.__version__.split("+")[0]
+    text = getattr(spec, "torch_version", "") or torch.__version__
+    return parse_torch_version(text) or (0, 0)
 
 
 def cudnn_first(cc, version: tuple[int, ...]) -> bool:
@@ -220,6 +218,8 @@ def choose_backend(spec, shape: AttentionShape, requested: str = "auto") -> tupl
     if requested == "auto":
         return _dispatch(cc, shape, torch_version(spec))
     refusal = _GPU_RULES[requested](cc, shape)
+    if not refusal and spec.efficiency.attention_efficiency(requested, shape.phase) <= 0:
+        refusal = f"its spec gives {requested} no efficiency (attention_{requested}_* is 0)"
     if refusal:
         instead = _dispatch(cc, shape, torch_version(spec))[0]
         raise DlperfError(

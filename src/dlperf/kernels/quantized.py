@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import math
 
+from ..dtypes import runnable_dtype
 from ..hardware import HardwareSpec
+from .roofline import cold_efficiency
 
 DEFAULT_GROUP = 128
 # The role of a few-token weight-only GEMM: TensorRT-LLM's CUDA-core batched GEMV
@@ -50,7 +52,7 @@ def bytes_per_weight(bits: int, group: int) -> float:
 
 def _instruction_rate(spec: HardwareSpec) -> float:
     """CUDA-core lane-instructions per second: the fp32 FMA rate (two FLOPs each)."""
-    unit = spec.unit("fp32")
+    unit = spec.unit(runnable_dtype("fp32", spec))
     return unit.peak_flops_per_s / 2 * spec.sustained_clock_fraction(False)
 
 
@@ -64,10 +66,8 @@ def gemv_terms(spec: HardwareSpec, weights: float, bits: int, group: int, tokens
     """(memory_s, alu_s) of the CUDA-core weight-only GEMV: the weights (and the
     activations, `other_bytes`) streamed from DRAM; the multiply-adds (one FMA
     per weight and token) and the dequantization on CUDA cores, in turn."""
-    eff = spec.efficiency
     moved = weights * bytes_per_weight(bits, group) + other_bytes
-    efficiency = eff.cold_dram_efficiency or eff.dram_efficiency
-    bandwidth = spec.memory_bandwidth_bytes_per_s * efficiency
+    bandwidth = spec.memory_bandwidth_bytes_per_s * cold_efficiency(spec)
     fma_s = weights * tokens * FMA_INSTRUCTIONS / _instruction_rate(spec)
     alu = fma_s + dequant_s(spec, weights, bits, tokens)
     return moved / bandwidth, alu

@@ -54,6 +54,13 @@ def limiter(
     return _MATH if math_time_s >= memory_time_s else _MEMORY
 
 
+def cold_efficiency(spec) -> float:
+    """Fraction of datasheet bandwidth for data far larger than L2, streamed once
+    (the warm rate where the family has no separate cold figure)."""
+    eff = spec.efficiency
+    return eff.cold_dram_efficiency or eff.streaming_dram_efficiency
+
+
 def streaming_terms(bytes_moved, spec, flops=0.0, dtype: str = "fp32"):
     """(math_s, memory_s, latency_s) of a memory-bound kernel (element-wise,
     reduction, normalization, copy).
@@ -72,8 +79,7 @@ def streaming_terms(bytes_moved, spec, flops=0.0, dtype: str = "fp32"):
     in_flight = spec.sm_count * eff.saturation_bytes_per_sm
     share = np.minimum(1.0, np.maximum(bytes_moved, 1.0) / in_flight * eff.sm_bandwidth_share)
     peak = spec.memory_bandwidth_bytes_per_s * share
-    warm = eff.streaming_dram_efficiency
-    cold = eff.cold_dram_efficiency or warm
+    warm, cold = eff.streaming_dram_efficiency, cold_efficiency(spec)
     if spec.kind == "cpu" or not spec.l2_cache_bytes or cold == warm:
         memory_s = bytes_moved / (peak * warm)
     else:

@@ -103,7 +103,7 @@ def _config_and_head(spec: str, transformers, config_mapping):
 
 
 # The --attention choices that run through torch's SDPA (its backends).
-SDPA_BACKENDS = ("flash", "flash2", "flash3", "efficient", "cudnn", "triton", "math")
+SDPA_BACKENDS = ("flash", "flash3", "efficient", "cudnn", "triton", "math")
 
 
 def _attn_implementation(auto, config, spec: str, attention: str) -> dict:

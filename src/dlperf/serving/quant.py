@@ -48,6 +48,8 @@ from ..ops.linear import is_linear_gemm, is_linear_module
 from ..precision import resolve_for
 from ..tracing import OpEvent, within
 
+MIN_GROUP = 16  # weights per scale: the smallest group kernels take (a half-warp's loads)
+
 
 @dataclass(frozen=True)
 class Scheme:
@@ -102,8 +104,11 @@ def scheme_for(name: str, spec: HardwareSpec, group: int | None = None) -> Schem
             raise DlperfError(
                 f"--quant-group applies to int8-weight and int4-weight, not {scheme.name}"
             )
-        if group < 1 or group & (group - 1):
-            raise DlperfError(f"--quant-group {group} must be a power of two, like 32 or 128")
+        whole = isinstance(group, int) and not isinstance(group, bool)
+        if not whole or group < MIN_GROUP or group & (group - 1):
+            raise DlperfError(
+                f"--quant-group {group} must be a power of two from {MIN_GROUP}, like 32 or 128"
+            )
         scheme = _weight_only(scheme.weight_bits, group)
     if scheme.needs == "fp8" and not spec.has_dtype("fp8"):
         raise DlperfError(

@@ -182,9 +182,12 @@ def math_bound_from(rows, spec, scheme: Scheme) -> int | None:
     if not shapes:
         return None
     eff = spec.efficiency
-    rate = (
-        spec.peak_flops_per_s(runnable_dtype(scheme.gemm_dtype, spec)) * eff.tensor_math_efficiency
-    )
+    # the attainable rate of a large GEMM: its main loop, held to the device's ceiling
+    dtype = runnable_dtype(scheme.gemm_dtype, spec)
+    efficiency = eff.tensor_math_efficiency
+    if spec.uses_tensor_cores(dtype):
+        efficiency = min(efficiency, eff.tensor_ceiling_efficiency)
+    rate = spec.peak_flops_per_s(dtype) * efficiency * spec.sustained_clock_fraction(True)
     ridge = ridge_point(rate, spec.memory_bandwidth_bytes_per_s * eff.dram_efficiency)
     out_bytes = bytes_per_element(scheme.base)
     for batch in CROSSOVER_BATCHES:
