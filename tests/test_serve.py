@@ -148,7 +148,7 @@ def test_pipeline_micro_batches():
 
 def test_small_all_reduce_against_llmcompass():
     # LLMCompass measured 12.52 us for an 8-byte all-reduce over 4 NVLink A100s
-    # (../shared/data/llmcompass/allreduce.csv): launch 6.2 us + NCCL's ring LL 6.4 us
+    # (../shared/data/llmcompass/allreduce.csv): launch 6.0 us + NCCL's ring LL 6.4 us
     assert collective_time_s("all_reduce", 8, 4, dlperf.gpu("a100")) == pytest.approx(
         12.52e-6, rel=0.05
     )

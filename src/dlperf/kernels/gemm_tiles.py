@@ -5,10 +5,13 @@ tiles run in waves over the SMs. The model prices every candidate tile and
 split-K factor and keeps the fastest, as a library heuristic would:
 
     per-SM math rate = peak / SMs x math efficiency x tile reuse x alignment
+                       (the largest tile held to the device's ceiling, the
+                       others in proportion)
     math time        = ceil(tiles / SMs) x tile work / per-SM rate
-                       + waves x fixed tile cost (pipeline fill, epilogue)
+                       + fixed tile cost x (1 + later waves x their share)
     memory time      = bytes / attainable bandwidth (less when few SMs are busy)
     kernel time      = kernel latency + max(math time, memory time)
+                       + the output store the epilogue does not hide
 
 Tile quantization (partial tiles compute padding) and wave quantization (the
 last wave leaves SMs idle) fall out of the counting; see docs/hardware-model.md.
