@@ -144,12 +144,16 @@ def test_power_limit_from_a_spec_file(tmp_path):
     )
 
 
-def test_power_limit_on_the_command_line():
-    out = subprocess.run(
-        [sys.executable, "-m", "dlperf", "gemm", "8192", "8192", "8192", "--gpu", "h100",
-         "--dtype", "bf16", "--power-limit", "900"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["gemm", "8192", "8192", "8192", "--gpu", "h100", "--power-limit", "900"],
+        # measure runs this machine's device as it is: nothing to cap or re-version
+        ["measure", "torchvision:resnet18", "--input", "1x3x32x32", "--torch-version", "2.5"],
+    ],
+)
+def test_device_settings_refused_on_the_command_line_in_one_line(args):
+    out = subprocess.run([sys.executable, "-m", "dlperf", *args], capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
 

@@ -211,6 +211,11 @@ def device_spec(args: argparse.Namespace):
     power_limit, version = getattr(args, "power_limit", None), getattr(args, "torch_version", None)
     if power_limit is None and version is None:
         return args.gpu
+    if args.gpu is None:  # measure: the device at hand, as it is
+        flag = "--power-limit" if power_limit is not None else "--torch-version"
+        raise DlperfError(
+            f"{flag} describes a predicted --gpu; this verb runs the device as it is: drop it"
+        )
     from ..hardware import gpu
 
     return gpu(args.gpu, power_limit=power_limit, torch_version=version)
