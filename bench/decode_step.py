@@ -6,10 +6,11 @@ The step is `dlperf serve hf:llama-7b --gpu a100 --precision bf16 --batch 1
 and 8. Columns: the decode step as priced (the issue timeline: kernels back to
 back in a CUDA graph); the linear layers' weight bytes per GPU and their time
 at the GEMM model's DRAM rate (`dram_efficiency` of the datasheet bandwidth);
-the kernels of the step and what they add back to back (`graph_kernel_s`
-each, `kernels.fixed_costs`); the all-reduces; the rest (attention over the
-cache, norms, rotary, element-wise; the GEMMs' own non-memory terms). One
-layer's kernels and their fixed cost are listed by op.
+the kernels of the step, their fixed device time (`kernel_latency_s` for a
+GEMM, `streaming_latency_s` for a memory-bound kernel) and the gaps between
+them (`graph_gap_s` each, `kernels.fixed_costs`); the all-reduces; the rest
+(attention over the cache, the small kernels' bytes, the GEMMs' fixed tile
+cycles). One layer's kernels are listed by op.
 
 Run: python bench/decode_step.py
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 
 import dlperf
-from dlperf.kernels.fixed_costs import back_to_back_s
+from dlperf.kernels.fixed_costs import gap_s, streaming_latency_s
 from dlperf.run import Session, resolve
 from dlperf.serving.quant import kv_dtype_for, scheme_for
 from dlperf.serving.steps import Engine, StepTracer
@@ -41,9 +42,9 @@ def decode_rows(tp: int):
 def main() -> int:
     print(
         "| TP | decode step ms | weights GB/GPU | at dram_efficiency ms | kernels | "
-        "back to back ms | all-reduces ms | rest ms |"
+        "fixed device time ms | gaps ms | all-reduces ms | rest ms |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     layer = None
     for tp in (1, 2, 4, 8):
         spec, step, priced = decode_rows(tp)
@@ -56,25 +57,25 @@ def main() -> int:
         )
         weight_s = weights / (spec.memory_bandwidth_bytes_per_s * eff.dram_efficiency)
         kernels = sum(max(1, int(r.kernels)) for r in step.rows)
-        fixed_s = kernels * back_to_back_s(spec, cuda_graphs=True)
-        comm_s = sum(r.time_s for r in step.rows if r.family == "collective")
+        gemm_kernels = sum(max(1, int(r.kernels)) for r in step.rows if r.gemms)
+        comm_rows = [r for r in step.rows if r.family == "collective"]
+        streaming = kernels - gemm_kernels - len(comm_rows)
+        fixed_s = gemm_kernels * eff.kernel_latency_s + streaming * streaming_latency_s(spec)
+        gaps_s = (kernels - 1) * gap_s(spec, cuda_graphs=True)
+        comm_s = sum(r.time_s for r in comm_rows)
         total = priced["time_s"]
-        rest = total - weight_s - fixed_s - comm_s
+        rest = total - weight_s - fixed_s - gaps_s - comm_s
         print(
             f"| {tp} | {total * 1e3:.2f} | {weights / 1e9:.2f} | {weight_s * 1e3:.2f} | {kernels} "
-            f"| {fixed_s * 1e3:.2f} | {comm_s * 1e3:.2f} | {rest * 1e3:.2f} |"
+            f"| {fixed_s * 1e3:.2f} | {gaps_s * 1e3:.2f} | {comm_s * 1e3:.2f} | {rest * 1e3:.2f} |"
         )
         if tp == 1:
             layer = Counter()
             for r in step.rows:
                 if ".layers.0." in r.module:
                     layer[r.op.replace("aten.", "").replace(".default", "")] += max(1, r.kernels)
-    per = back_to_back_s(dlperf.gpu(GPU), cuda_graphs=True)
     count = sum(layer.values())
-    print(
-        f"\nOne layer at TP 1: {count} kernels x {per * 1e6:.2f} us = {count * per * 1e6:.1f} us "
-        "back to back:"
-    )
+    print(f"\nOne layer at TP 1: {count} kernels:")
     print(", ".join(f"{op} {n}" for op, n in layer.most_common()))
     return 0
 

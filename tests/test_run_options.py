@@ -10,6 +10,7 @@ from torch import nn
 import dlperf
 from dlperf.cli import main
 from dlperf.hardware.framework import framework_host
+from dlperf.kernels.fixed_costs import gap_s
 from dlperf.kernels.host import issue_timeline
 from dlperf.run import Session, resolve
 from dlperf.tracing import trace
@@ -144,8 +145,10 @@ def test_a_sync_makes_the_host_wait_for_the_gpu():
     rows = [_Row(long), _Row(short, "optimizer")]
     free = issue_timeline(rows, a100)
     synced = issue_timeline([_Row(long, host_sync=True), _Row(short, "optimizer")], a100)
-    # without a sync the second op is issued while the first runs: step = issue + long + short
-    assert free.step_s == pytest.approx(issue + long + short)
+    # without a sync the second op is issued while the first runs and starts the
+    # stream's gap after it: step = issue + long + gap + short
+    gap = gap_s(a100)
+    assert free.step_s == pytest.approx(issue + long + gap + short)
     # with one the host waits for the first to end, then issues the second:
     # step = issue + long + issue + short
     assert synced.step_s == pytest.approx(2 * issue + long + short)

@@ -77,13 +77,14 @@ class Efficiency:
     # Share of that fixed cost each wave after the first pays again (1: every wave
     # pays it in full, as non-persistent kernels do).
     later_wave_fixed_share: float
-    # Shortest kernel: launch and ramp-up on the device, in seconds, as a kernel
-    # timed alone shows it; what one adds back to back in a stream (the next
-    # launch is processed while the previous kernel runs: the gap between them
-    # and the ramp of its first wave), and what it adds replayed in a CUDA graph.
+    # Fixed device time of a GEMM kernel (launch ramp, first loads, drain), and of
+    # a memory-bound kernel where the family's own kernel-timed data fits it (0:
+    # the same); the idle gap between two kernels back to back on one stream, and
+    # in a CUDA graph (`kernels.fixed_costs`; 0 where the fit already holds it).
     kernel_latency_s: float
-    stream_kernel_s: float
-    graph_kernel_s: float
+    streaming_latency_s: float
+    stream_gap_s: float
+    graph_gap_s: float
     # How many times its even share of DRAM bandwidth one busy SM can draw.
     sm_bandwidth_share: float
     # Math-rate factor of Tensor Core kernels when a GEMM dimension breaks the

@@ -10,8 +10,8 @@ One module per kernel family, so that a new GPU generation is a TOML file
 - `quantized`: weight-only int8/int4 GEMMs (group scales, dequantization);
 - `attention`: which fused attention kernel runs (the installed PyTorch's
   dispatcher, FlashAttention-2/-3, cuDNN, Triton) and its efficiency curve;
-- `fixed_costs`: what a kernel costs alone against what it adds back to back
-  in a stream and under CUDA graphs;
+- `fixed_costs`: a kernel's fixed device time, and the gap between kernels
+  back to back in a stream and under CUDA graphs;
 - `clocks`: the clock a card sustains under its power limit;
 - `host`: the host issuing kernels (dispatch, launches, CUDA graphs);
 - `losses`: the tile, wave, alignment, layout and latency losses as records;

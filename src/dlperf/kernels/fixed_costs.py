@@ -1,17 +1,20 @@
-"""Fixed costs of kernels: alone, back to back in a stream, replayed in a CUDA graph.
+"""Fixed costs of kernels: alone, and back to back in a stream or a CUDA graph.
 
-A kernel timed alone (a benchmark that syncs around it, `dlperf gemm`) pays
-`kernel_latency_s`: its launch reaches an idle GPU, blocks are scheduled, the
-first loads travel from DRAM, the last wave drains. Issued back to back on
-one stream while the previous kernel still runs, the launch is processed in
-the shadow of that kernel: what the next kernel adds is the gap between the
-two plus its own short ramp (`stream_kernel_s`). A CUDA graph hands the GPU
-the whole list at once and shortens the gap further (`graph_kernel_s`).
+A kernel's price is its device time, as a profiler measures it from its first
+to its last instruction: a fixed part (blocks scheduled, the first loads
+travelling from DRAM, the last wave draining: `kernel_latency_s` for GEMMs,
+`streaming_latency_s` for memory-bound kernels, both fitted on kernel-timed
+measurements) plus its work. Two kernels on one stream do not touch: the GPU
+front end starts the next one a gap after the previous ends, even when the
+host issued it long before (`stream_gap_s`); a CUDA graph hands the GPU the
+whole list at once and the gap narrows (`graph_gap_s`). A kernel the GPU had
+to wait for starts when the host issues it: no gap beyond that wait.
 
-The stream and graph figures are measured on the profiler traces in
-../shared/data/traces (`bench/fixed_costs.py`: the shortest kernels'
-duration plus the gap between busy back-to-back kernels, median and 5th
-percentile); 0 in a family's table means "no measurement": the alone figure.
+The gaps are measured on the profiler traces in ../shared/data/traces
+(`bench/fixed_costs.py`: the idle time between busy back-to-back kernels,
+median for a stream and 5th percentile for a graph). A family whose fixed
+costs were fitted on back-to-back averages (DeepBench's) has the gap in them
+already: 0.
 """
 
 from __future__ import annotations
@@ -19,15 +22,15 @@ from __future__ import annotations
 from ..hardware import HardwareSpec
 
 
-def back_to_back_s(spec: HardwareSpec, cuda_graphs: bool = False) -> float:
-    """What one kernel adds back to back on a busy stream (or in a CUDA graph):
-    never more than it costs alone."""
+def gap_s(spec: HardwareSpec, cuda_graphs: bool = False) -> float:
+    """The idle time between two kernels run back to back on one stream (or in
+    a CUDA graph) beyond their own device times."""
     eff = spec.efficiency
-    figure = eff.graph_kernel_s if cuda_graphs else eff.stream_kernel_s
-    return min(eff.kernel_latency_s, figure) if figure > 0 else eff.kernel_latency_s
+    return eff.graph_gap_s if cuda_graphs else eff.stream_gap_s
 
 
-def overlap_saving_s(spec: HardwareSpec, cuda_graphs: bool = False) -> float:
-    """Seconds a kernel's priced time (its alone latency included) shrinks by
-    when it starts while the previous kernel of the stream still runs."""
-    return spec.efficiency.kernel_latency_s - back_to_back_s(spec, cuda_graphs)
+def streaming_latency_s(spec: HardwareSpec) -> float:
+    """Fixed device time of a memory-bound kernel: its own fit where the family
+    has kernel-timed measurements of such kernels, else the GEMMs' launch latency."""
+    eff = spec.efficiency
+    return eff.streaming_latency_s or eff.kernel_latency_s

@@ -20,9 +20,9 @@ next step and hides part of the first issue.
   no dispatch or autograd per op); the optimizer stays eager;
 - CUDA graphs: one `graph_launch_host_s` replays the whole step.
 
-A kernel that starts while its predecessor still runs pays the back-to-back
-fixed cost instead of its alone launch latency (`fixed_costs`): the step sums
-the overlapped figure, the per-op rows keep the alone one.
+Kernels back to back do not touch: the next starts a gap after the previous
+ends (`fixed_costs`, measured on profiler traces), counted as idle time of the
+GPU; the per-op rows are device times.
 
 An op of several kernels is issued kernel by kernel, its host cost and its
 GPU time shared evenly among them, so a long optimizer loop overlaps its own
@@ -41,7 +41,7 @@ import numpy as np
 from ..hardware import HardwareSpec
 from ..hardware.framework import FrameworkHost, framework_host
 from ..kinds import Phase
-from .fixed_costs import overlap_saving_s
+from .fixed_costs import gap_s
 
 # Rows of these phases run inside torch.compile's graphs; the optimizer step
 # runs eager after them.
@@ -104,7 +104,7 @@ def _run(
     gpu: list[float],
     queue: int,
     syncs: list[bool] | None = None,
-    saving_s: float = 0.0,
+    gap_s: float = 0.0,
 ) -> tuple[float, float, np.ndarray]:
     """(end of the GPU's last kernel, end of the host's last issue, the GPU's
     wait before each kernel) of kernels issued in order on one stream.
@@ -113,9 +113,8 @@ def _run(
     pending, only after kernel i-queue has finished; the GPU starts it once
     issued and once kernel i-1 has finished. After a kernel marked in
     `syncs` the host waits for the GPU to finish it (a value read back).
-    A kernel issued while the previous one still runs starts back to back and
-    costs `saving_s` less than priced alone (`fixed_costs`); one the GPU had
-    to wait for pays its full launch.
+    A kernel issued while the previous one still runs starts `gap_s` after it
+    ends (`fixed_costs`); one the GPU had to wait for starts when issued.
     """
     ends = [0.0] * len(gpu)
     idle = [0.0] * len(gpu)
@@ -128,7 +127,8 @@ def _run(
             idle[i] = issued - end
             end = issued
         elif i:
-            g = max(0.0, g - saving_s)
+            idle[i] = gap_s
+            end += gap_s
         end += g
         ends[i] = end
         if syncs[i]:
@@ -165,9 +165,9 @@ def issue_timeline(
     last = np.cumsum(per_row) - 1
     syncs = np.zeros(len(gpu), dtype=bool)
     syncs[last] = [bool(getattr(r, "host_sync", False)) for r in rows]
-    saving = overlap_saving_s(spec, cuda_graphs)
+    gap = gap_s(spec, cuda_graphs)
     end, issued, idle = _run(
-        host.tolist(), gpu.tolist(), int(costs.launch_queue_depth), syncs.tolist(), saving
+        host.tolist(), gpu.tolist(), int(costs.launch_queue_depth), syncs.tolist(), gap
     )
     phases = np.repeat(np.array([_phase(r) for r in rows]), per_row)
     by_phase: dict[str, float] = {}
@@ -175,7 +175,7 @@ def issue_timeline(
         by_phase[name] = float(idle[phases == name].sum())
     return HostTimeline(
         step_s=end,
-        gpu_busy_s=end - float(idle.sum()),
+        gpu_busy_s=float(gpu.sum()),
         host_s=issued,
         idle_s=float(idle.sum()),
         idle_by_phase_s=by_phase,

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..dtypes import runnable_dtype
 from ..kinds import Bound
+from .fixed_costs import streaming_latency_s
 
 _MATH, _MEMORY, _LATENCY = Bound.MATH, Bound.MEMORY, Bound.LATENCY
 
@@ -86,7 +87,7 @@ def streaming_terms(bytes_moved, spec, flops=0.0, dtype: str = "fp32"):
         in_l2 = np.clip(1.0 - np.asarray(bytes_moved, dtype=float) / spec.l2_cache_bytes, 0.0, 1.0)
         memory_s = bytes_moved * (in_l2 / warm + (1.0 - in_l2) / cold) / peak
     math_rate = spec.peak_flops_per_s(runnable_dtype(dtype, spec))
-    return flops / math_rate, memory_s, eff.kernel_latency_s
+    return flops / math_rate, memory_s, streaming_latency_s(spec)
 
 
 def streaming_time_s(bytes_moved, spec, flops=0.0, dtype: str = "fp32"):
