@@ -58,7 +58,8 @@ class HostTimeline:
     gpu_busy_s: float
     # When the host has issued the last kernel.
     host_s: float
-    # GPU time spent waiting for the host (step_s - gpu_busy_s).
+    # GPU time between kernels (step_s - gpu_busy_s): waiting for the host, and the
+    # gaps between kernels back to back.
     idle_s: float
     idle_by_phase_s: dict[str, float] = field(default_factory=dict)
     cuda_graphs: bool = False

@@ -54,7 +54,8 @@ def run_lines(a) -> list[str]:
         how = "CUDA graphs" if host.cuda_graphs else ("compiled" if host.compiled else "eager")
         lines.append(
             f"host ({how}): the GPU waits {seconds(host.idle_s)} ({host.idle_share:.0%} of the "
-            f"step) for kernels to be issued; kernels alone take {seconds(host.gpu_busy_s)}"
+            f"step) for kernels to be issued and between them; kernels alone take "
+            f"{seconds(host.gpu_busy_s)}"
         )
     if a.checkpoint != "none":
         recompute = a.phases.get("recompute", {}).get("time_s", 0.0)
