@@ -198,3 +198,10 @@ def test_hf_seq_len_beyond_the_position_table_is_refused():
     # rotary positions have no table: llama takes any length
     llama = load_model("hf:llama:layers=1,hidden=64,heads=2,mlp=128,vocab=100", seq_len=65536)
     assert llama.max_positions is None and llama.inputs["input_ids"].shape[1] == 65536
+
+
+def test_falcon_builds_with_its_own_head_size():
+    # FalconConfig derives head_dim (hidden / heads) as a read-only property: dlperf must
+    # not set it (issue 20's bug); 64 / 4 = 16
+    model = load_model("hf:falcon:layers=1,hidden=64,heads=4,vocab=128").module
+    assert model.config.head_dim == 16

@@ -230,6 +230,8 @@ def configure(config, model_type: str, options: dict[str, str]) -> None:
         else:
             raise _unknown_key(model_type, key, config)
     head_dim = {"head_dim", getattr(config, "attribute_map", {}).get("head_dim")}
+    # a config that derives head_dim itself (Falcon's read-only property) needs nothing
+    derived = isinstance(getattr(type(config), "head_dim", None), property)
     follows = hasattr(config, "head_dim") and getattr(config, "num_attention_heads", 0)
-    if follows and not chosen & head_dim:  # hidden / heads unless set explicitly
+    if follows and not derived and not chosen & head_dim:  # hidden / heads unless set
         config.head_dim = config.hidden_size // config.num_attention_heads
