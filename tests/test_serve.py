@@ -10,7 +10,7 @@ import pytest
 
 import dlperf
 from dlperf.errors import DlperfError
-from dlperf.run import Session
+from dlperf.run import Session, resolve
 from dlperf.serving import serve
 from dlperf.serving.collectives import collective_time_s
 from dlperf.serving.result import linear_rows
@@ -238,3 +238,16 @@ def test_users_decoder_file(session):
     assert report.decode.extra["linear_ops"] == 4 * 2 + 1
     with pytest.raises(DlperfError, match="takes no past_key_values"):
         serve(str(ROOT / "examples" / "tiny_cnn.py") + ":model", input_len=8, output_len=2)
+
+
+def test_a_second_serve_of_one_model_on_one_session_keeps_its_kv_cache():
+    # the session reuses the first serve's traces; the cache shapes the model wrote
+    # while they ran must come with them (issue 20's bug: the second reported 0 bytes).
+    # GPT has 2 layers x 2 (keys and values) x 128 features x 2 B = 1024 B per token
+    run = resolve(GPT, gpu="a100", precision="fp16", training=False)
+    session = Session()
+    first = serve(run, input_len=16, output_len=4, session=session)
+    second = serve(run, input_len=16, output_len=4, session=session)
+    assert first.kv_cache_bytes_per_token == 2 * 2 * 128 * 2
+    assert second.kv_cache_bytes_per_token == first.kv_cache_bytes_per_token
+    assert second.memory["kv_cache_bytes"] == first.memory["kv_cache_bytes"] > 0

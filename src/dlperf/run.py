@@ -249,6 +249,10 @@ class Session:
         self._traces: dict[tuple, Trace] = {}
         self._analyses: dict[tuple, Analysis] = {}
         self._held: list = []
+        # What a consumer learned while a trace ran and the trace does not hold
+        # (serving's cache shapes), keyed by the consumer and id(trace): the
+        # session holds its traces, so an id is never another trace's.
+        self.beside_trace: dict[tuple, object] = {}
 
     def _trace_key(self, run: Run) -> tuple:
         return (id(run.module), _signature(run.inputs), *_trace_options(run).values())

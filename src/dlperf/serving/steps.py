@@ -288,7 +288,13 @@ class StepTracer:
     def _trace(self, loaded: LoadedModel, inputs: dict):
         run = dataclasses.replace(self.run, model=dataclasses.replace(loaded, inputs=inputs))
         recorded = self.session.trace(run)
-        return recorded, inputs["past_key_values"].kv_shapes()
+        # The model writes its layers' shapes into the cache it is given while it runs;
+        # a trace the session already held ran with another cache: keep them with it.
+        key = ("kv_shapes", id(recorded))
+        shapes = inputs["past_key_values"].kv_shapes()
+        if shapes:
+            self.session.beside_trace[key] = shapes
+        return recorded, shapes or self.session.beside_trace.get(key, [])
 
     def sampler_rows(self, batch: int, vocab: int) -> list[OpRow]:
         """Top-p sampling of one token per sequence from fp32 logits, traced."""
