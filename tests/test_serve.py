@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 import dlperf
 from dlperf.errors import DlperfError
@@ -251,3 +252,18 @@ def test_a_second_serve_of_one_model_on_one_session_keeps_its_kv_cache():
     assert first.kv_cache_bytes_per_token == 2 * 2 * 128 * 2
     assert second.kv_cache_bytes_per_token == first.kv_cache_bytes_per_token
     assert second.memory["kv_cache_bytes"] == first.memory["kv_cache_bytes"] > 0
+
+
+def test_serving_decodes_greedily_unless_asked_for_top_p():
+    # benchmarks decode at temperature 0: one argmax over the vocabulary per step, where
+    # vLLM's top-p sampler sorts it (issue 20's fix 4)
+    from dlperf.serving.steps import GreedySampler, TopPSampler
+
+    greedy = serve(GPT, gpu="a100", input_len=16, output_len=4, batch=2)
+    top_p = serve(GPT, gpu="a100", input_len=16, output_len=4, batch=2, sampling="top-p")
+    assert greedy.tpot_s < top_p.tpot_s
+    logits = torch.randn(3, 50)
+    assert torch.equal(GreedySampler()(logits), logits.argmax(dim=-1))
+    assert TopPSampler()(logits).shape == (3,)
+    with pytest.raises(DlperfError, match="unknown sampling"):
+        serve(GPT, gpu="a100", input_len=16, output_len=4, sampling="beam")

@@ -114,6 +114,7 @@ def cmd_serve(args: Namespace) -> None:
             gpus_per_node=args.gpus_per_node,
             attention=args.attention,
             quant_group=args.quant_group,
+            sampling=args.sampling,
         )
     show(report, text.serve_report, args.json)
 

@@ -358,6 +358,12 @@ SERVE = (
     option("--tp", type=positive_int, default=1, help="tensor-parallel GPUs"),
     option("--pp", type=positive_int, default=1, help="pipeline-parallel stages"),
     option(
+        "--sampling",
+        default="greedy",
+        choices=["greedy", "top-p"],
+        help="how each token is chosen: greedy (benchmarks' default) or top-p (vLLM's sorter)",
+    ),
+    option(
         "--quant-group",
         type=positive_int,
         metavar="G",

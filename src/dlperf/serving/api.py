@@ -24,7 +24,7 @@ from .result import (
     top_ops,
     weight_bytes_read,
 )
-from .steps import Engine, StepTracer
+from .steps import SAMPLERS, Engine, StepTracer
 from .timeline import Timeline, check_lengths, mean_decode_s
 
 
@@ -47,6 +47,7 @@ def serve(
     session: Session | None = None,
     attention: str = "auto",
     quant_group: int | None = None,
+    sampling: str = "greedy",
 ) -> ServeReport:
     """Predict serving a decoder LLM (`hf:llama-7b`, a model file whose forward
     takes `past_key_values`, ...) on `tp` x `pp` GPUs: time to first token,
@@ -64,7 +65,8 @@ def serve(
     `attention` is the attention kernel as for `dlperf.analyze` ("math": an
     engine that computes attention with batched GEMMs and a softmax kernel).
     `quant_group` is the weights per scale of int8-weight and int4-weight
-    (default 128; tinygemm's int4 runs 32).
+    (default 128; tinygemm's int4 runs 32). `sampling` is "greedy" (one argmax
+    per row, as serving benchmarks decode) or "top-p" (vLLM's sort-based sampler).
     """
     check_lengths(input_len, output_len, batch, concurrency)
     _check_counts(tp, pp, gpus_per_node)
@@ -86,7 +88,11 @@ def serve(
     blocks = repeated_blocks(run.module)
     if pp > max(1, len(blocks)):
         raise DlperfError(f"--pp {pp} is more stages than the model's {len(blocks)} layers")
-    engine = Engine(spec, scheme, kv_dtype, tp, fused, gpus_per_node, node_network_bytes_per_s)
+    if sampling not in SAMPLERS:
+        raise DlperfError(f"unknown sampling {sampling!r}; choose from: {', '.join(SAMPLERS)}")
+    engine = Engine(
+        spec, scheme, kv_dtype, tp, fused, gpus_per_node, node_network_bytes_per_s, sampling
+    )
     tracer = StepTracer(run, engine, session or Session())
     timeline = Timeline(tracer, input_len, output_len, pp, cuda_graphs)
     prefill, prefill_t = timeline.prefill(batch)

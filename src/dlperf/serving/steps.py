@@ -53,6 +53,7 @@ class Engine:
     fused: bool = True
     gpus_per_node: int = 8
     node_network_bytes_per_s: float | None = None
+    sampling: str = "greedy"  # "greedy" (what serving benchmarks run) or "top-p"
 
 
 @dataclass
@@ -297,13 +298,14 @@ class StepTracer:
         return recorded, shapes or self.session.beside_trace.get(key, [])
 
     def sampler_rows(self, batch: int, vocab: int) -> list[OpRow]:
-        """Top-p sampling of one token per sequence from fp32 logits, traced."""
+        """The engine's sampling of one token per sequence from fp32 logits, traced."""
         if vocab <= 0:
             return []
         key = (batch, vocab)
         if key not in self._sampler:
             logits = torch.empty(batch, vocab, dtype=torch.float32, device="meta")
-            loaded = LoadedModel("sampler", TopPSampler(), (logits,), "module")
+            sampler = SAMPLERS[self.engine.sampling]()
+            loaded = LoadedModel("sampler", sampler, (logits,), "module")
             run = dataclasses.replace(self.run, model=loaded)
             rows, _ = price_trace(self.session.trace(run), self.engine, tp=1)
             self._sampler[key] = rows
@@ -331,6 +333,14 @@ def _vocab(rows: list[OpRow]) -> int:
     return 0
 
 
+class GreedySampler(nn.Module):
+    """Greedy decoding, as serving benchmarks run (temperature 0): the argmax of
+    each row of the logits, one reduction over the vocabulary."""
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.argmax(dim=-1)
+
+
 class TopPSampler(nn.Module):
     """Top-p sampling as vLLM's sampler runs it: sort the logits, mask the tail
     beyond p of the probability mass, scatter back, softmax, and draw one
@@ -348,3 +358,6 @@ class TopPSampler(nn.Module):
         probs = logits.softmax(dim=-1)
         race = torch.empty_like(probs).exponential_()
         return probs.div(race).argmax(dim=-1)
+
+
+SAMPLERS = {"greedy": GreedySampler, "top-p": TopPSampler}
