@@ -16,6 +16,12 @@ The rule follows the data through the step's storage ids (each event's
   key/value heads, the activation function, rotary embeddings, the KV cache
   writes); its outputs are sharded. Ops on replicated tensors only (norms,
   residual adds, embeddings) run whole on every GPU.
+- A mixture-of-experts layer (`dlperf::moe`) is sharded as Megatron-LM and
+  vLLM's tensor-parallel MoE run it: every GPU holds all experts with F/tp of
+  each expert's FFN, so the first grouped GEMM computes its g F/tp columns,
+  the second reduces over F/tp and leaves a partial sum of the layer's output,
+  all-reduced after it. Weights, FLOPs and the activation's bytes shrink by
+  tp; the token permutes do not.
 - A column-parallel output that no row-parallel layer consumes (the LM head's
   logits over the vocabulary) is all-gathered at the end of the step, as
   FasterTransformer gathers logits before sampling.
@@ -35,6 +41,7 @@ from dataclasses import dataclass
 from ..ops.cost import Cost, Costed
 from ..ops.linear import activation_operand
 from ..tracing import OpEvent
+from ..tracing.moe import MOE_OP
 from .quant import kv_cache_bytes
 
 
@@ -60,7 +67,11 @@ def shard(priced: list, tp: int) -> tuple[list, list[Collective]]:
         operand = activation_operand(event)
         cost = found.cost
         flowing = frozenset().union(*(origin[s] for s in event.reads if s in origin))
-        if operand is not None and len(cost.gemms) == 1 and event.reads[operand] in origin:
+        if event.op == MOE_OP:
+            cost = _experts_parallel(cost, tp)
+            collectives.append(Collective("all_reduce", _out_bytes(event), i))
+            _forget(origin, event.writes)
+        elif operand is not None and len(cost.gemms) == 1 and event.reads[operand] in origin:
             cost = _row_parallel(event, cost, tp)
             collectives.append(Collective("all_reduce", _out_bytes(event), i))
             reduced |= flowing
@@ -124,6 +135,23 @@ def _row_parallel(event: OpEvent, cost: Cost, tp: int) -> Cost:
         bytes_read=(a + b) * share + bias,
         bytes_written=c,
         gemms=(dataclasses.replace(g, k=k),),
+    )
+
+
+def _experts_parallel(cost: Cost, tp: int) -> Cost:
+    """Each GPU's share of a mixture-of-experts layer: F/tp of every expert."""
+
+    def shard_gemm(g):
+        if g.role.startswith("expert fc1"):
+            return dataclasses.replace(g, n=math.ceil(g.n / tp), tensor_bytes=g.tensor_bytes / tp)
+        return dataclasses.replace(g, k=math.ceil(g.k / tp), tensor_bytes=g.tensor_bytes / tp)
+
+    moved = cost.bytes_read - cost.side_bytes  # the experts' weights and their inputs
+    return dataclasses.replace(
+        cost,
+        flops=cost.flops / tp,
+        bytes_read=moved / tp + cost.side_bytes,
+        gemms=tuple(shard_gemm(g) for g in cost.gemms),
     )
 
 
