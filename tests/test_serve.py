@@ -284,3 +284,15 @@ def test_tensor_parallelism_splits_the_experts():
     # about 160 us at the A100's 2.04 TB/s x 0.8; the rest of the step (attention, norms,
     # all-reduces, fixed costs) does not shrink as much
     assert times[2] - times[8] > 100e-6
+
+
+def test_quantized_serving_quantizes_the_experts():
+    # Mixtral 8x7B: 46.7 B parameters, 45.1 B of them in the experts' matrices. In bf16 the
+    # weights need 2 B each (93 GB), over one 80 GB card; int8 (W8A8) stores the experts'
+    # and the blocks' linear weights at 1 B (issue 20's fix 1): about 47 GB, it fits
+    bf16 = serve("hf:mixtral", gpu="a100", precision="bf16", input_len=16, output_len=2,
+                 must_fit=False)  # fmt: skip
+    int8 = serve("hf:mixtral", gpu="a100", precision="int8", input_len=16, output_len=2)
+    assert not bf16.fits and int8.fits
+    assert int8.memory["weights_bytes"] < 0.52 * bf16.memory["weights_bytes"]
+    assert int8.tpot_s < bf16.tpot_s  # the experts' weights stream at half the bytes

@@ -34,6 +34,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from torch import nn
+
 from ..dtypes import bytes_per_element
 from ..errors import DlperfError
 from ..hardware import HardwareSpec
@@ -47,6 +49,7 @@ from ..ops.cost import Cost, Gemm
 from ..ops.linear import is_linear_gemm, is_linear_module
 from ..precision import resolve_for
 from ..tracing import OpEvent, within
+from ..tracing.moe import MOE_OP, moe_replacements
 
 MIN_GROUP = 16  # weights per scale: the smallest group kernels take (a half-warp's loads)
 
@@ -172,6 +175,34 @@ def quantized_role(scheme: Scheme) -> str:
     return f"{scheme.name} weights"
 
 
+def experts_cost(cost: Cost, scheme: Scheme) -> Cost:
+    """A mixture-of-experts layer under `scheme`: its grouped GEMMs read the
+    experts' weights at the quantized size (scales included) and run in the
+    scheme's GEMM dtype; the routing, permutes and activations stay as traced."""
+    saved = 0.0
+    gemms = []
+    for g in cost.gemms:
+        base = bytes_per_element(g.storage)
+        weights = g.k * g.n * g.batch  # per call: B[k, n] of each expert in the group
+        saved += weights * g.count * (base - scheme.weight_bytes)
+        storage = scheme.gemm_dtype if scheme.activation_bytes == 1 else g.storage
+        # what one call moves: the routed rows in and out, the experts' weights as stored
+        rows = g.m * g.batch
+        moved = rows * g.k * scheme.activation_bytes + weights * scheme.weight_bytes
+        moved += rows * g.n * base
+        gemms.append(
+            dataclasses.replace(
+                g,
+                dtype=scheme.gemm_dtype,
+                storage=storage,
+                tensor_bytes=moved * g.count,
+                weight_bits=scheme.weight_bits,
+                quant_group=scheme.group,
+            )
+        )
+    return dataclasses.replace(cost, bytes_read=cost.bytes_read - saved, gemms=tuple(gemms))
+
+
 def quantize(priced: list, scheme: Scheme, kv_dtype: str, blocks: list[str]) -> list:
     """The priced ops of a step, re-priced for `scheme` and the KV cache's dtype."""
     base_bytes = bytes_per_element(scheme.base)
@@ -182,6 +213,8 @@ def quantize(priced: list, scheme: Scheme, kv_dtype: str, blocks: list[str]) -> 
         cost = found.cost
         if scheme.quantized() and is_block_linear(event, blocks) and len(cost.gemms) == 1:
             cost = linear_cost(cost.gemms[0], event.packet == "aten.addmm", scheme, base_bytes)
+        elif scheme.quantized() and event.op == MOE_OP:
+            cost = experts_cost(cost, scheme)
         elif kv_ratio != 1:
             cost = _kv_repriced(event, cost, cache_ids, kv_ratio)
         out.append((event, found if cost is found.cost else found._replace(cost=cost)))
@@ -229,6 +262,9 @@ def weight_bytes(module, blocks: list[str], scheme: Scheme) -> float:
             weight = getattr(sub, "weight", None)
             if weight is not None:
                 quantized.add(id(weight))
+    for moe in moe_replacements(module):  # the experts' matrices, stacked or a list
+        experts = moe.experts if isinstance(getattr(moe, "experts", None), nn.Module) else moe
+        quantized.update(id(p) for p in experts.parameters() if p.dim() >= 2)
     base = bytes_per_element(scheme.base)
     total = 0.0
     for p in module.parameters():
