@@ -127,36 +127,34 @@ def _gemm_dims(name: str, dims: list) -> tuple[int, int, int, int] | None:
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
 
 
-def load_trace_groups() -> list[Group]:
-    """GEMM kernels of the real A100 trace, linked to their aten op's shapes.
-
-    An op's kernels are those launched (cuda_runtime events on the op's thread,
-    inside its time span) and found through the launch's correlation id. Ops
-    that hold another matmul op inside them are skipped (only leaves count).
-    """
+def trace_op_kernels(names: tuple[str, ...]):
+    """(cpu_op event, its kernels' seconds) for the ops of the real A100 trace
+    named in `names`. An op's kernels are those launched (cuda_runtime events on
+    the op's thread, inside its time span) and found through the launch's
+    correlation id."""
     with gzip.open(DATA / TRACE_FILE, "rt") as f:
         events = json.load(f)["traceEvents"]
-    kernels = {}
-    for e in events:
-        if e.get("cat") == "kernel":
-            kernels[e["args"]["correlation"]] = e["dur"] * 1e-6
+    kernels = {
+        e["args"]["correlation"]: e["dur"] * 1e-6 for e in events if e.get("cat") == "kernel"
+    }
     launches = defaultdict(list)  # tid -> [(ts, correlation)]
     for e in events:
         if e.get("cat") == "cuda_runtime" and e.get("name") in LAUNCHES:
             launches[e["tid"]].append((e["ts"], e["args"]["correlation"]))
-    for tid in launches:
-        launches[tid].sort()
-    rows = []
     for e in events:
-        if e.get("cat") != "cpu_op" or e["name"] not in ("aten::mm", "aten::addmm", "aten::bmm"):
-            continue
-        dims = _gemm_dims(e["name"], e["args"].get("Input Dims", []))
-        if dims is None or min(dims) <= 0:
+        if e.get("cat") != "cpu_op" or e["name"] not in names:
             continue
         start, end = e["ts"], e["ts"] + e["dur"]
         found = [c for ts, c in launches.get(e["tid"], []) if start <= ts <= end]
-        times = [kernels[c] for c in found if c in kernels]
-        if not times:
+        yield e, [kernels[c] for c in found if c in kernels]
+
+
+def load_trace_groups() -> list[Group]:
+    """GEMM kernels of the real A100 trace, linked to their aten op's shapes."""
+    rows = []
+    for e, times in trace_op_kernels(("aten::mm", "aten::addmm", "aten::bmm")):
+        dims = _gemm_dims(e["name"], e["args"].get("Input Dims", []))
+        if dims is None or min(dims) <= 0 or not times:
             continue
         rows.append((*dims, sum(times)))
     arr = np.array(rows, dtype=float)

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import gzip
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -35,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from dlperf.hardware import gpu  # noqa: E402
 from dlperf.kernels.roofline import streaming_time_s  # noqa: E402
-from sources import DATA, LAUNCHES, TRACE_FILE, TRACE_GPU  # noqa: E402
+from sources import DATA, TRACE_GPU, trace_op_kernels  # noqa: E402
 
 ELEMENTWISE_OPS = ("aten::add_", "aten::add", "aten::mul", "aten::sigmoid")
 BINARY = {"add", "mul", "div", "pow"}
@@ -67,29 +65,16 @@ def cold_fractions() -> dict[str, tuple[int, float, float]]:
 
 def trace_elementwise() -> tuple[np.ndarray, np.ndarray]:
     """(bytes moved, kernel seconds) of the A100 trace's one-kernel element-wise ops."""
-    with gzip.open(DATA / TRACE_FILE, "rt") as f:
-        events = json.load(f)["traceEvents"]
-    kernels = {e["args"]["correlation"]: e["dur"] for e in events if e.get("cat") == "kernel"}
-    launches = defaultdict(list)
-    for e in events:
-        if e.get("cat") == "cuda_runtime" and e.get("name") in LAUNCHES:
-            launches[e["tid"]].append((e["ts"], e["args"]["correlation"]))
     rows = []
-    for e in events:
-        if e.get("cat") != "cpu_op" or e["name"] not in ELEMENTWISE_OPS:
-            continue
+    for e, found in trace_op_kernels(ELEMENTWISE_OPS):
         dims = e["args"].get("Input Dims", [])
         if not dims or not dims[0]:
             continue
         elements = int(np.prod(dims[0]))
         two_tensors = len(dims) > 1 and dims[1] and int(np.prod(dims[1])) == elements
         tensors = 3 if e["name"] != "aten::sigmoid" and two_tensors else 2
-        end = e["ts"] + e["dur"]
-        found = [
-            kernels[c] for ts, c in launches[e["tid"]] if e["ts"] <= ts <= end and c in kernels
-        ]
         if len(found) == 1:
-            rows.append((elements * 4 * tensors, found[0] * 1e-6))
+            rows.append((elements * 4 * tensors, found[0]))
     table = np.array(rows)
     return table[:, 0], table[:, 1]
 

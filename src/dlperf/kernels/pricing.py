@@ -39,7 +39,7 @@ from .losses import (
     alignment_verdicts,
     quantization_losses,
 )
-from .quantized import GEMV_ROLE, bytes_per_weight, dequant_s, gemv_terms
+from .quantized import GEMV_ROLE, dequant_s, gemv_terms
 from .roofline import limiter, streaming_terms
 
 __all__ = ["GemmRow", "GemmTimer", "Loss", "Timing", "on_chip_bytes", "time"]
@@ -258,12 +258,9 @@ def _weight_only_gemv(cost: Cost, spec: HardwareSpec) -> Timing:
     and dequantizes them (`quantized.gemv_terms`), one launch each."""
     memory_s = alu_s = 0.0
     for g in cost.gemms:
-        weights = g.k * g.n * g.batch
-        # the activations in and the output out: what the kernel moves besides its weights
-        other = max(
-            0.0, g.tensor_bytes / g.count - weights * bytes_per_weight(g.weight_bits, g.quant_group)
+        mem, alu = gemv_terms(
+            spec, g.k * g.n * g.batch, g.weight_bits, g.m, g.tensor_bytes / g.count
         )
-        mem, alu = gemv_terms(spec, weights, g.weight_bits, g.quant_group, g.m, other)
         memory_s += mem * g.count
         alu_s += alu * g.count
     latency_s = spec.efficiency.kernel_latency_s * sum(g.launches or g.count for g in cost.gemms)

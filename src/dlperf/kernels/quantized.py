@@ -62,11 +62,10 @@ def dequant_s(spec: HardwareSpec, weights: float, bits: int, tokens: int) -> flo
     return weights * passes * DEQUANT_INSTRUCTIONS[bits] / _instruction_rate(spec)
 
 
-def gemv_terms(spec: HardwareSpec, weights: float, bits: int, group: int, tokens: int, other_bytes):
-    """(memory_s, alu_s) of the CUDA-core weight-only GEMV: the weights (and the
-    activations, `other_bytes`) streamed from DRAM; the multiply-adds (one FMA
-    per weight and token) and the dequantization on CUDA cores, in turn."""
-    moved = weights * bytes_per_weight(bits, group) + other_bytes
+def gemv_terms(spec: HardwareSpec, weights: float, bits: int, tokens: int, moved: float):
+    """(memory_s, alu_s) of the CUDA-core weight-only GEMV: the `moved` bytes
+    (its weights as stored, activations in, output out) streamed from DRAM; the
+    multiply-adds and the dequantization of `weights` on CUDA cores, in turn."""
     bandwidth = spec.memory_bandwidth_bytes_per_s * cold_efficiency(spec)
     fma_s = weights * tokens * FMA_INSTRUCTIONS / _instruction_rate(spec)
     alu = fma_s + dequant_s(spec, weights, bits, tokens)
