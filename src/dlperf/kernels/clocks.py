@@ -38,11 +38,10 @@ def _linear_demand_fraction(spec: HardwareSpec, tensor_cores: bool) -> float:
     return min(1.0, spec.tdp_watts / demand)
 
 
-def power_cap_fraction(spec: HardwareSpec, limit_watts: float | None = None) -> float:
-    """Fraction of its rated clock a card holds when capped at `limit_watts`
-    (default: the spec's `power_limit_watts`); 1 at or above its TDP."""
-    limit = limit_watts if limit_watts is not None else spec.power_limit_watts
-    tdp = spec.tdp_watts
+def power_cap_fraction(spec: HardwareSpec) -> float:
+    """Fraction of its rated clock a card holds under its `power_limit_watts`;
+    1 without one, or at or above its TDP."""
+    limit, tdp = spec.power_limit_watts, spec.tdp_watts
     if not limit or not tdp or limit >= tdp:
         return 1.0
     eff = spec.efficiency
