@@ -162,8 +162,9 @@ def test_a_learned_mask_gets_its_gradient_from_the_kernel():
     a = dlperf.analyze(Biased(), qkv(2, 4, 64, 32), precision="bf16")
     (bwd,) = [r for r in attention_rows(a) if r.phase == "backward"]
     # the memory-efficient kernel (a mask rules out flash) writes the bias gradient
-    assert "attention: efficient, memory-efficient (cutlass) (flash takes no attention mask" in (
-        bwd.notes[-1]
+    assert (
+        "attention: efficient, memory-efficient (cutlass) (flash takes no attention mask"
+        in (bwd.notes[-1])
     )
     tensor, mask = 2 * 4 * 64 * 32 * 2, 4 * 64 * 64 * 2
     # reads dO, q, k, v, out, lse and the mask; writes dq, dk, dv and the mask's gradient

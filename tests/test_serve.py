@@ -296,3 +296,18 @@ def test_quantized_serving_quantizes_the_experts():
     assert not bf16.fits and int8.fits
     assert int8.memory["weights_bytes"] < 0.52 * bf16.memory["weights_bytes"]
     assert int8.tpot_s < bf16.tpot_s  # the experts' weights stream at half the bytes
+
+
+def test_engines_fuse_a_models_eager_attention():
+    # GPT-J's class has no SDPA path: traced, its attention is bmm(q, k^T) in fp32, a scale,
+    # the mask, a softmax, a cast and bmm(p, v). Engines run one fused kernel instead
+    # (issue 20's fix 2). Its FLOPs at the middle decode step (batch 2, 4 heads of 32,
+    # 1 new token over 16 + 1 cached + 1 = 18 keys, 2 layers): 4 x 2 x 4 x 1 x 18 x 32 x 2
+    # = 36864; the model's own code (--attention eager) runs no attention kernel at all
+    gptj = "hf:gptj:layers=2,hidden=128,heads=4,vocab=1000,rotary_dim=16"
+    fused = serve(gptj, gpu="a100", input_len=16, output_len=4, batch=2)
+    own = serve(gptj, gpu="a100", input_len=16, output_len=4, batch=2, attention="eager")
+    assert fused.decode.extra["cached_tokens"][1] == 17
+    assert fused.decode.extra["attention_flops"] == 4 * 2 * 4 * 1 * 18 * 32 * 2
+    assert own.decode.extra["attention_flops"] == 0
+    assert fused.decode.bytes < own.decode.bytes  # no fp32 copy of the cache per step

@@ -4,7 +4,9 @@ as an inference engine runs it, and laid out layer by layer.
 - Traced: the model's forward on fake tensors with a `ServeCache` (cache.py),
   so any architecture the tracer supports is served as it computes.
 - Priced: each op by the op registry and `pricing.time`, as `analysis` does,
-  with the engine's changes applied in order: element-wise chains fused
+  with the engine's changes applied in order: a model's eager attention as
+  the engine's fused kernel (`eager_attention`, unless --attention eager or
+  math asks for the model's own code), element-wise chains fused
   (`compiling.fuse`; FasterTransformer, TensorRT-LLM and vLLM run hand-fused
   or compiled kernels: bias+activation, residual+norm), one GPU's share under
   tensor parallelism (`sharding.shard`), then the precision (`quant.quantize`).
@@ -36,6 +38,7 @@ from ..run import Run, Session
 from ..tracing import repeated_blocks, within
 from .cache import step_inputs
 from .collectives import collective_time_s
+from .eager_attention import fuse_eager_attention
 from .quant import Scheme, quantize
 from .sharding import shard
 
@@ -295,7 +298,10 @@ class StepTracer:
         shapes = inputs["past_key_values"].kv_shapes()
         if shapes:
             self.session.beside_trace[key] = shapes
-        return recorded, shapes or self.session.beside_trace.get(key, [])
+        shapes = shapes or self.session.beside_trace.get(key, [])
+        if self.run.attention not in ("eager", "math"):  # engines run their fused kernels
+            recorded = fuse_eager_attention(recorded, self.run.attention)
+        return recorded, shapes
 
     def sampler_rows(self, batch: int, vocab: int) -> list[OpRow]:
         """The engine's sampling of one token per sequence from fp32 logits, traced."""
