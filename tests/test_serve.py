@@ -52,8 +52,9 @@ def test_kv_cache_bytes_per_token(gpt, session):
     assert llama.kv_cache_bytes_per_token_per_gpu == 256
     fp8 = serve(GPT, gpu="h100", input_len=16, output_len=5, batch=3, kv_cache_dtype="fp8")
     assert fp8.kv_cache_bytes_per_token == 512  # 1 B per element
-    # the cache holds prompt + output tokens of every sequence: 1024 x (16 + 5) x 3
-    assert gpt.memory["kv_cache_bytes"] == 1024 * 21 * 3
+    # the cache holds prompt + output tokens of every sequence, in whole blocks of 16:
+    # 16 + 5 = 21 tokens take 2 blocks, 32 slots: 1024 x 32 x 3
+    assert gpt.memory["kv_cache_bytes"] == 1024 * 32 * 3
 
 
 def test_decode_flops_per_step(gpt):
@@ -161,7 +162,7 @@ def test_small_all_reduce_against_llmcompass():
         ({"input_len": 0}, "--input-len must be a positive"),
         ({"output_len": -1}, "--output-len must be a positive"),
         ({"precision": "fp8"}, "no fp8 Tensor Cores"),
-        ({"batch": 10**6}, "largest batch that fits is"),
+        ({"batch": 10**7}, "largest batch that fits is"),  # 10^7 x 32 kB of cache
         ({"kv_cache_dtype": "fp4"}, "unknown --kv-cache-dtype"),
     ],
 )
@@ -311,3 +312,28 @@ def test_engines_fuse_a_models_eager_attention():
     assert fused.decode.extra["attention_flops"] == 4 * 2 * 4 * 1 * 18 * 32 * 2
     assert own.decode.extra["attention_flops"] == 0
     assert fused.decode.bytes < own.decode.bytes  # no fp32 copy of the cache per step
+
+
+def test_engine_reserves_one_chunks_activations_and_the_rest_is_kv_cache():
+    # issue 20's fix 3: an engine runs at most --max-num-batched-tokens tokens a step and
+    # reserves activations for that one step, whatever the batch; tensor parallelism holds
+    # 1/tp of the sharded ones (the heads, the MLP's hidden units)
+    def at(batch, tp=1):
+        return serve(LLAMA, gpu="a100", input_len=64, output_len=64, batch=batch, tp=tp,
+                     max_num_batched_tokens=512)  # fmt: skip
+
+    one, eight, split = at(1), at(8), at(8, tp=2)
+    m = eight.memory
+    assert m["activations_bytes"] == one.memory["activations_bytes"] > 0
+    assert split.memory["activations_bytes"] < m["activations_bytes"]
+    # the KV cache gets what 0.9 of the card leaves; a sequence holds 512 B per token
+    # (test_kv_cache_bytes_per_token) in 128 slots (64 + 64 tokens: 8 blocks of 16)
+    assert eight.kv_cache_bytes_per_token_per_gpu == 512
+    per_sequence = 512 * 128
+    assert m["kv_cache_bytes"] == 8 * per_sequence
+    fixed = m["weights_bytes"] + m["activations_bytes"] + m["workspace_bytes"]
+    assert m["budget_bytes"] == 0.9 * dlperf.gpu("a100").memory_bytes
+    assert eight.max_batch == int((m["budget_bytes"] - fixed) // per_sequence)
+    # a 4096-token chunk reserves 8 times the 512-token one's
+    wide = serve(LLAMA, gpu="a100", input_len=64, output_len=64, max_num_batched_tokens=4096)
+    assert wide.memory["activations_bytes"] == pytest.approx(8 * m["activations_bytes"])

@@ -115,6 +115,9 @@ def cmd_serve(args: Namespace) -> None:
             attention=args.attention,
             quant_group=args.quant_group,
             sampling=args.sampling,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            block_size=args.block_size,
         )
     show(report, text.serve_report, args.json)
 

@@ -66,6 +66,14 @@ def positive_float(text: str) -> float:
     return value
 
 
+def fraction(text: str) -> float:
+    """A share in (0, 1], such as --gpu-memory-utilization 0.9."""
+    value = positive_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{text} must be a fraction in (0, 1]")
+    return value
+
+
 def byte_sizes(text: str) -> list[int]:
     """--sizes of measure-comm: comma-separated positive byte counts (1e6 allowed)."""
     try:
@@ -392,5 +400,25 @@ SERVE = (
         "softmax kernel (engines without fused attention)",
     ),
     option("--gpus-per-node", type=positive_int, default=8, help="GPUs per node"),
+    option(
+        "--max-num-batched-tokens",
+        type=positive_int,
+        metavar="T",
+        help="tokens one engine step runs at most; activations are reserved for them "
+        "(default: vLLM's, 8192 on GPUs of 70 GiB or more except the A100, else 2048)",
+    ),
+    option(
+        "--gpu-memory-utilization",
+        type=fraction,
+        default=0.9,
+        metavar="F",
+        help="share of each GPU's memory the engine may use (default: 0.9, as vLLM)",
+    ),
+    option(
+        "--block-size",
+        type=positive_int,
+        default=16,
+        help="tokens per KV cache block; a sequence holds whole blocks (default: 16)",
+    ),
     *JSON,
 )

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 
-from ..dtypes import bytes_per_element
 from ..errors import DlperfError
 from ..hardware import HardwareSpec
-from ..hardware import gpu as get_gpu
-from ..run import Run, Session, resolve
-from ..tracing import repeated_blocks
-from .cache import check_decoder
-from .memory import ServingMemory, activation_bytes, kv_bytes_per_token, max_batch, workspace_bytes
-from .quant import kv_dtype_for, scheme_for, weight_bytes
+from ..run import Session
+from .deployment import deploy
+from .memory import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, ServingMemory, cached_tokens, max_batch
 from .result import (
     PhaseReport,
     ServeReport,
@@ -24,8 +22,10 @@ from .result import (
     top_ops,
     weight_bytes_read,
 )
-from .steps import SAMPLERS, Engine, StepTracer
 from .timeline import Timeline, check_lengths, mean_decode_s
+
+# The keyword arguments of `serve` that make the deployment (`deployment.deploy`).
+DEPLOYMENT_OPTIONS = frozenset(inspect.signature(deploy).parameters) - {"model"}
 
 
 def serve(
@@ -48,6 +48,9 @@ def serve(
     attention: str = "auto",
     quant_group: int | None = None,
     sampling: str = "greedy",
+    max_num_batched_tokens: int | None = None,
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+    block_size: int = BLOCK_SIZE,
 ) -> ServeReport:
     """Predict serving a decoder LLM (`hf:llama-7b`, a model file whose forward
     takes `past_key_values`, ...) on `tp` x `pp` GPUs: time to first token,
@@ -67,51 +70,34 @@ def serve(
     `quant_group` is the weights per scale of int8-weight and int4-weight
     (default 128; tinygemm's int4 runs 32). `sampling` is "greedy" (one argmax
     per row, as serving benchmarks decode) or "top-p" (vLLM's sort-based sampler).
+    Memory as vLLM plans it (`serving.memory`): the engine takes
+    `gpu_memory_utilization` of each card, reserves activations for one step
+    of `max_num_batched_tokens` tokens (default vLLM's server's for the GPU)
+    and holds the KV cache in blocks of `block_size` tokens.
     """
     check_lengths(input_len, output_len, batch, concurrency)
-    _check_counts(tp, pp, gpus_per_node)
-    if isinstance(model, Run):  # its model and GPU; serving sets the rest
-        model, gpu = model.model, model.spec
-    spec = get_gpu(gpu)
-    scheme = scheme_for(precision, spec, quant_group)
-    kv_dtype = kv_dtype_for(kv_cache_dtype, scheme)
-    run = resolve(
-        model,
-        gpu=spec,
-        precision=scheme.base,
-        training=False,
-        batch=1,
-        seq_len=1,
-        attention=attention,
-    )
-    check_decoder(run.model)
-    blocks = repeated_blocks(run.module)
-    if pp > max(1, len(blocks)):
-        raise DlperfError(f"--pp {pp} is more stages than the model's {len(blocks)} layers")
-    if sampling not in SAMPLERS:
-        raise DlperfError(f"unknown sampling {sampling!r}; choose from: {', '.join(SAMPLERS)}")
-    engine = Engine(
-        spec, scheme, kv_dtype, tp, fused, gpus_per_node, node_network_bytes_per_s, sampling
-    )
-    tracer = StepTracer(run, engine, session or Session())
-    timeline = Timeline(tracer, input_len, output_len, pp, cuda_graphs)
+    settings = {k: v for k, v in locals().items() if k in DEPLOYMENT_OPTIONS}
+    deployment = deploy(model, **settings)
+    run, spec, scheme = deployment.run, deployment.spec, deployment.scheme
+    kv_dtype = deployment.engine.kv_dtype
+    timeline = deployment.timeline(input_len, output_len)
     prefill, prefill_t = timeline.prefill(batch)
-    memory, per_sequence = _memory(run, prefill, scheme, engine, pp, input_len + output_len)
-    gpus_memory = _with_batch(memory, per_sequence, batch, prefill.batch)
-    largest = max_batch(spec, memory.weights_bytes, memory.workspace_bytes, per_sequence)
-    fits = gpus_memory.total_bytes <= spec.memory_bytes
+    fixed, per_sequence = deployment.memory(prefill)
+    per_sequence *= cached_tokens(input_len + output_len, block_size)
+    gpus_memory = dataclasses.replace(fixed, kv_cache_bytes=per_sequence * batch)
+    budget = deployment.budget_bytes
+    largest = max_batch(budget, fixed.total_bytes, per_sequence)
+    fits = gpus_memory.total_bytes <= budget
     if must_fit and not fits:
-        raise DlperfError(_no_fit(run.name, spec, gpus_memory, largest, batch, tp))
+        raise DlperfError(_no_fit(run.name, spec, gpus_memory, largest, batch, tp, budget))
     decoded, points = timeline.decode(batch)
     report = _report(run, spec, scheme, kv_dtype, (batch, input_len, output_len, tp, pp))
     times = [t["time_s"] for _, t in decoded]
     _request_times(report, prefill_t["time_s"], mean_decode_s(points, times, input_len, output_len))
-    report.memory, report.fits, report.max_batch = gpus_memory.to_dict(), fits, largest
-    kv_bytes = bytes_per_element(kv_dtype)
-    report.kv_cache_bytes_per_token = kv_bytes_per_token(prefill.kv_shapes, kv_bytes)
-    report.kv_cache_bytes_per_token_per_gpu = kv_bytes_per_token(
-        prefill.kv_shapes, kv_bytes, tp, pp
-    )
+    report.memory = {**gpus_memory.to_dict(), "budget_bytes": budget}
+    report.fits, report.max_batch = fits, largest
+    report.kv_cache_bytes_per_token = deployment.kv_bytes_per_token(prefill, per_gpu=False)
+    report.kv_cache_bytes_per_token_per_gpu = deployment.kv_bytes_per_token(prefill, per_gpu=True)
     middle, middle_t = decoded[len(decoded) // 2]
     report.prefill = _phase(prefill, prefill_t, scheme)
     report.decode = _phase(middle, {**middle_t, "time_s": report.tpot_s}, scheme)
@@ -132,12 +118,6 @@ def _request_times(report: ServeReport, ttft_s: float, tpot_s: float) -> None:
     report.output_tokens_per_s_per_gpu = report.output_tokens_per_s / (report.tp * report.pp)
 
 
-def _check_counts(tp: int, pp: int, gpus_per_node: int) -> None:
-    for name, value in (("--tp", tp), ("--pp", pp), ("--gpus-per-node", gpus_per_node)):
-        if not isinstance(value, int) or value <= 0:
-            raise DlperfError(f"{name} must be a positive whole number, not {value!r}")
-
-
 def _report(run, spec, scheme, kv_dtype: str, sizes: tuple) -> ServeReport:
     """The report's identity; its figures are filled in by `serve`."""
     batch, input_len, output_len, tp, pp = sizes
@@ -150,54 +130,28 @@ def _report(run, spec, scheme, kv_dtype: str, sizes: tuple) -> ServeReport:
     )  # fmt: skip
 
 
-def _memory(run, prefill, scheme, engine, pp: int, tokens: int):
-    """(memory per GPU at the traced prefill's batch, bytes per extra sequence)."""
-    blocks = repeated_blocks(run.module)
-    weights = weight_bytes(run.module, blocks, scheme) / (engine.tp * pp)
-    per_token = kv_bytes_per_token(
-        prefill.kv_shapes, bytes_per_element(engine.kv_dtype), engine.tp, pp
-    )
-    residual = _residual_bytes(prefill)
-    activations = activation_bytes(prefill.activation_bytes, residual)
-    per_sequence = per_token * tokens + activations / prefill.batch
-    memory = ServingMemory(weights, per_token * tokens * prefill.batch, activations, 0.0)
-    memory.workspace_bytes = workspace_bytes(engine.spec)
-    return memory, per_sequence
-
-
-def _residual_bytes(step) -> float:
-    for r in step.rows:
-        if r.op.startswith("aten.embedding") and r.shapes:
-            return float(step.batch * step.new_tokens * r.shapes[0][-1] * 2)
-    return 0.0
-
-
-def _with_batch(memory: ServingMemory, per_sequence: float, batch: int, traced: int):
-    """The memory at `batch` sequences, from the one traced at `traced`."""
-    kv_per_sequence = memory.kv_cache_bytes / traced
-    act_per_sequence = per_sequence - kv_per_sequence
-    return ServingMemory(
-        memory.weights_bytes,
-        kv_per_sequence * batch,
-        act_per_sequence * batch,
-        memory.workspace_bytes,
-    )
-
-
-def _no_fit(name, spec, memory: ServingMemory, largest: int, batch: int, tp: int) -> str:
+def _no_fit(name, spec, memory: ServingMemory, largest: int, batch: int, tp: int, budget) -> str:
     gb = 1e9
+    rest = memory.activations_bytes + memory.workspace_bytes
+    if largest == 0 and rest >= budget:
+        return (
+            f"the activations of one step ({memory.activations_bytes / gb:.1f} GB per GPU) and "
+            f"the workspace fill the {budget / gb:.1f} GB usable on {spec.id}; give fewer "
+            "--max-num-batched-tokens or a larger --gpu-memory-utilization"
+        )
     if largest == 0:
         more = tp * 2  # the fewest GPUs (doubling) whose weight shares leave room
-        while memory.weights_bytes * tp / more + memory.workspace_bytes >= spec.memory_bytes:
+        while memory.weights_bytes * tp / more + rest >= budget:
             more *= 2
         return (
-            f"{name}'s weights ({memory.weights_bytes / gb:.1f} GB per GPU) leave no room for "
-            f"a KV cache on {spec.id} ({spec.memory_bytes / gb:.1f} GB); use --tp {more} "
-            "or a smaller --precision (int8-weight, int4-weight)"
+            f"{name}'s weights ({memory.weights_bytes / gb:.1f} GB per GPU) and activations "
+            f"({memory.activations_bytes / gb:.1f} GB) leave no room for a KV cache in "
+            f"{budget / gb:.1f} GB of {spec.id}; use --tp {more}, a smaller --precision "
+            "(int8-weight, int4-weight) or fewer --max-num-batched-tokens"
         )
     return (
         f"batch {batch} does not fit on {spec.id}: {memory.total_bytes / gb:.1f} GB per GPU "
-        f"(KV cache {memory.kv_cache_bytes / gb:.1f} GB) > {spec.memory_bytes / gb:.1f} GB; "
+        f"(KV cache {memory.kv_cache_bytes / gb:.1f} GB) > {budget / gb:.1f} GB usable; "
         f"the largest batch that fits is {largest} (or add --tp, --kv-cache-dtype fp8)"
     )
 

@@ -8,14 +8,22 @@
   model wrote them (kv_heads x (key + value head size)) at the cache's dtype;
   a GPU holds its ceil(kv_heads / tp) heads of its layers; a batch keeps
   prompt + output tokens per sequence;
-- activations: the largest working set of one op of the prefill (its inputs
-  and outputs, weights excluded), plus the residual stream held around it;
-  engines reuse their buffers from op to op and keep nothing for backward;
+- activations: what the engine reserves for its largest forward, one chunk
+  of `max_num_batched_tokens` tokens (vLLM sizes it by a profile run of that
+  many tokens; prefills longer than it run in chunks): the largest working
+  set of one op (its inputs and outputs, weights excluded; a tensor-parallel
+  shard at 1/tp) plus the residual stream held around it, from the traced
+  prefill scaled to the chunk's tokens (each op's tensors grow linearly with
+  the tokens when attention is fused); engines reuse their buffers from op
+  to op and keep nothing for backward;
 - workspace: the CUDA context and the cuBLAS workspace (spec data, as
   `dlperf memory` counts them).
 
-Activations and KV caches grow linearly with the batch, so the largest batch
-that fits is solved directly from one traced prefill.
+The engine may use `gpu_memory_utilization` of the card (vLLM's 0.9 by
+default); the KV cache gets what weights, activations and workspace leave,
+in blocks of `block_size` tokens (a sequence holds whole blocks). So the
+largest batch that fits is solved directly: the budget left over, divided by
+one sequence's blocks.
 """
 
 from __future__ import annotations
@@ -68,15 +76,36 @@ def workspace_bytes(spec: HardwareSpec) -> float:
     return float(framework.cuda_context_bytes + framework.cublas_workspace_bytes)
 
 
-def max_batch(
-    spec: HardwareSpec,
-    weights: float,
-    workspace: float,
-    per_sequence: float,
-) -> int:
-    """The largest batch whose caches and activations (`per_sequence` bytes
-    each) fit beside the weights and workspace; 0 when none does."""
-    free = spec.memory_bytes - weights - workspace
+def max_batch(budget: float, fixed: float, per_sequence: float) -> int:
+    """The largest batch whose caches (`per_sequence` bytes each) fit in the
+    `budget` beside the `fixed` bytes (weights, activations, workspace); 0
+    when none does."""
+    free = budget - fixed
     if per_sequence <= 0:
         return 0 if free < 0 else 1 << 30
     return max(0, int(free // per_sequence))
+
+
+# vLLM's defaults (vllm/engine/arg_utils.py, `get_batch_defaults`, the OpenAI
+# server's): GPUs of 70 GiB or more except the A100 get the larger budgets.
+GPU_MEMORY_UTILIZATION = 0.9
+BLOCK_SIZE = 16  # tokens per KV cache block
+
+
+def default_max_num_batched_tokens(spec: HardwareSpec) -> int:
+    """The tokens vLLM's server schedules per step at most on `spec`."""
+    return 8192 if _large(spec) else 2048
+
+
+def default_max_num_seqs(spec: HardwareSpec) -> int:
+    """The sequences vLLM's server runs per step at most on `spec`."""
+    return 1024 if _large(spec) else 256
+
+
+def _large(spec: HardwareSpec) -> bool:
+    return spec.memory_bytes >= 70 * 2**30 and "a100" not in spec.id
+
+
+def cached_tokens(tokens: int, block_size: int = BLOCK_SIZE) -> int:
+    """The cache slots a sequence of `tokens` holds: whole blocks."""
+    return -(-tokens // block_size) * block_size

@@ -54,14 +54,16 @@ class Collective:
     after: int  # index in the priced ops
 
 
-def shard(priced: list, tp: int) -> tuple[list, list[Collective]]:
-    """The priced ops one GPU of `tp` runs, and the collectives between them."""
+def shard(priced: list, tp: int) -> tuple[list, list[Collective], set[int]]:
+    """The priced ops one GPU of `tp` runs, the collectives between them, and
+    the storages a GPU holds 1/tp of (the sharded activations)."""
     if tp <= 1:
-        return list(priced), []
+        return list(priced), [], set()
     # each sharded storage -> the column-parallel ops whose outputs flowed into it
     origin: dict[int, frozenset[int]] = {}
     columns: dict[int, float] = {}  # op index -> its full output bytes
     reduced: set[int] = set()  # column ops whose results a row-parallel op reduced
+    sharded: set[int] = set()
     out, collectives = [], []
     for i, (event, found) in enumerate(priced):
         operand = activation_operand(event)
@@ -86,9 +88,10 @@ def shard(priced: list, tp: int) -> tuple[list, list[Collective]]:
         else:
             _forget(origin, event.writes)
         out.append((event, found if cost is found.cost else Costed(cost, *found[1:])))
+        sharded.update(sid for sid in event.writes if sid in origin)
     for i in sorted(set(columns) - reduced):
         collectives.append(Collective("all_gather", columns[i], i))
-    return out, collectives
+    return out, collectives, sharded
 
 
 def _forget(origin: dict, ids) -> None:

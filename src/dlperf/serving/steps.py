@@ -130,7 +130,8 @@ def _block_count(module: nn.Module) -> int:
 
 
 def price_trace(recorded, engine: Engine, tp: int | None = None):
-    """(rows, unsupported ops) of a trace as the engine runs it on one GPU."""
+    """(rows, unsupported ops, sharded storages) of a trace as the engine runs
+    it on one GPU (`sharding.shard` says which storages a GPU holds 1/tp of)."""
     ctx = CostContext(recorded.precision)
     priced, unsupported = [], Counter()
     for event in recorded.events:
@@ -143,14 +144,14 @@ def price_trace(recorded, engine: Engine, tp: int | None = None):
         from ..compiling import fuse
 
         priced, _ = fuse(priced, recorded)
-    priced, collectives = shard(priced, engine.tp if tp is None else tp)
+    priced, collectives, sharded = shard(priced, engine.tp if tp is None else tp)
     priced = quantize(priced, engine.scheme, engine.kv_dtype, recorded.blocks)
     timer = GemmTimer(engine.spec)
     timer.prepare([g for _, found in priced for g in found.cost.gemms])
     rows = [_row(event, found, engine.spec, timer, unsupported) for event, found in priced]
     for c in sorted(collectives, key=lambda c: c.after, reverse=True):
         rows.insert(c.after + 1, collective_row(c.kind, c.nbytes, rows[c.after].module, engine))
-    return rows, dict(unsupported)
+    return rows, dict(unsupported), sharded
 
 
 def _row(event, found, spec: HardwareSpec, timer: GemmTimer, unsupported) -> OpRow:
@@ -270,14 +271,14 @@ class StepTracer:
     def step(self, kind: str, batch: int, new_tokens: int, cached: int) -> Step:
         inputs = step_inputs(self.run.model, batch, new_tokens, cached)
         recorded, kv = self._trace(self.traced, inputs)
-        rows, unsupported = price_trace(recorded, self.engine)
+        rows, unsupported, sharded = price_trace(recorded, self.engine)
         laid = None
         if self.traced is not self.run.model:
             laid = expand(rows, recorded.blocks, self.blocks)
             if laid is None:  # blocks differ: trace the whole model
                 inputs = step_inputs(self.run.model, batch, new_tokens, cached)
                 recorded, kv = self._trace(self.run.model, inputs)
-                rows, unsupported = price_trace(recorded, self.engine)
+                rows, unsupported, sharded = price_trace(recorded, self.engine)
         if laid is None:
             laid = rows, block_tags(rows, recorded.blocks)
         rows, tags = laid
@@ -286,7 +287,7 @@ class StepTracer:
         sampler = self.sampler_rows(batch, _vocab(rows))
         rows, tags = rows + sampler, tags + [self.blocks] * len(sampler)
         step = Step(kind, batch, new_tokens, cached, rows, tags, self.blocks, kv, unsupported)
-        step.activation_bytes = working_set_bytes(recorded)
+        step.activation_bytes = working_set_bytes(recorded, sharded, self.engine.tp)
         return step
 
     def _trace(self, loaded: LoadedModel, inputs: dict):
@@ -313,21 +314,28 @@ class StepTracer:
             sampler = SAMPLERS[self.engine.sampling]()
             loaded = LoadedModel("sampler", sampler, (logits,), "module")
             run = dataclasses.replace(self.run, model=loaded)
-            rows, _ = price_trace(self.session.trace(run), self.engine, tp=1)
+            rows, _, _ = price_trace(self.session.trace(run), self.engine, tp=1)
             self._sampler[key] = rows
         return self._sampler[key]
 
 
-def working_set_bytes(recorded) -> float:
-    """The largest working set of one op of a trace: what it writes and the
-    intermediate tensors it reads (storages some op of the trace wrote);
-    weights, buffers and the preallocated cache are read, never written."""
+def working_set_bytes(recorded, sharded: frozenset[int] | set[int] = frozenset(), tp: int = 1):
+    """The largest working set of one op of a trace on one GPU: what it writes
+    and the intermediate tensors it reads (storages some op of the trace
+    wrote), a sharded storage at 1/tp of its size; weights, buffers and the
+    preallocated cache are read, never written."""
     written = {sid for e in recorded.events for sid in e.writes}
+
+    def held(sid: int, t) -> float:
+        return t.nbytes / tp if sid in sharded else float(t.nbytes)
+
     largest = 0.0
     for e in recorded.events:
         reads = zip(e.reads, e.tensors(), strict=False)
-        moved = sum(t.nbytes for sid, t in reads if sid in written and sid not in e.writes)
-        largest = max(largest, moved + sum(t.nbytes for t in e.outputs))
+        moved = sum(held(sid, t) for sid, t in reads if sid in written and sid not in e.writes)
+        ids = e.writes if len(e.writes) == len(e.outputs) else (-1,) * len(e.outputs)
+        made = sum(held(sid, t) for sid, t in zip(ids, e.outputs, strict=True))
+        largest = max(largest, moved + made)
     return float(largest)
 
 

@@ -112,6 +112,11 @@ class Timeline:
         step = self.tracer.step("prefill", batch // micro, self.input_len, 0)
         return step, step_time_s(step, self.tracer.engine, self.pp, micro, self.cuda_graphs)
 
+    def prefill_tokens(self, tokens: int) -> tuple[Step, dict]:
+        """One sequence's prefill of `tokens` tokens (an engine step's chunk)."""
+        step = self.tracer.step("prefill", 1, tokens, 0)
+        return step, step_time_s(step, self.tracer.engine, self.pp, 1, self.cuda_graphs)
+
     def decode(self, batch: int, points: list[int] | None = None):
         """([(step, timing) per traced cache length], cache lengths)."""
         micro = micro_batches(batch, 1, self.pp)

@@ -48,8 +48,10 @@ def serve_report(r, console: Console | None = None) -> None:
 def _memory(r, console: Console) -> None:
     m = r.memory
     verdict = "fits" if r.fits else "[red]does not fit[/]"
+    usable = f" of {gib(m['budget_bytes'])} usable" if "budget_bytes" in m else ""
     console.print(
-        f"memory per GPU {gib(m['total_bytes'])} ({verdict}): weights {gib(m['weights_bytes'])}, "
+        f"memory per GPU {gib(m['total_bytes'])}{usable} ({verdict}): "
+        f"weights {gib(m['weights_bytes'])}, "
         f"KV cache {gib(m['kv_cache_bytes'])}, activations {gib(m['activations_bytes'])}, "
         f"workspace {gib(m['workspace_bytes'])}"
     )

@@ -1,0 +1,210 @@
+"""The requests a serving benchmark sends: prompt and output lengths from a
+dataset, arrival times from a rate, as vLLM's and SGLang's `benchmark_serving`
+draw them.
+
+Datasets (`--dataset`):
+
+- `random:in=I,out=O[,range=F]`: vLLM's random dataset; each length is drawn
+  uniformly from [L (1 - F), L (1 + F)] (F = 0, the default: every request
+  has exactly I and O tokens);
+- `FILE.jsonl`: one request per line, `{"input_len": I, "output_len": O}`
+  (also `prompt_len`/`prompt_tokens` and `output_tokens`), optionally
+  `"arrival_s": T` (seconds from the start: a trace of timestamps);
+- `FILE.json`: a length histogram, `{"source": "...", "input_len": {"bins":
+  [edges...], "counts": [...]}, "output_len": {...}}`, lengths drawn per
+  bin and uniformly inside it (input and output drawn independently);
+- `sharegpt`: ShareGPT's lengths need the dataset and a tokenizer, which
+  dlperf does not ship; the error says how to give them as a JSONL file.
+
+Arrivals: a Poisson process at `request_rate` requests per second
+(exponential gaps, `benchmark_serving`'s default), all at once when the rate
+is infinite, or the timestamps a JSONL file gives. Reading a file never runs
+code: JSON only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DlperfError
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests in arrival order: arrival times (s), prompt and output tokens."""
+
+    arrival_s: np.ndarray
+    input_len: np.ndarray
+    output_len: np.ndarray
+    dataset: str
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+
+def workload(
+    dataset: str,
+    num_prompts: int,
+    request_rate: float = math.inf,
+    seed: int = 0,
+) -> Workload:
+    """`num_prompts` requests of `dataset` arriving at `request_rate` per second."""
+    if not isinstance(num_prompts, int) or num_prompts <= 0:
+        raise DlperfError(f"--num-prompts must be a positive whole number, not {num_prompts!r}")
+    if not request_rate > 0:
+        raise DlperfError(f"--request-rate must be positive (or inf), not {request_rate!r}")
+    rng = np.random.default_rng(seed)
+    inputs, outputs, given = _lengths(dataset, num_prompts, rng)
+    if given is not None:
+        arrivals = given
+    elif math.isinf(request_rate):
+        arrivals = np.zeros(num_prompts)
+    else:
+        arrivals = np.cumsum(rng.exponential(1.0 / request_rate, num_prompts))
+        arrivals -= arrivals[0]  # the first request starts the run
+    order = np.argsort(arrivals, kind="stable")
+    return Workload(arrivals[order], inputs[order], outputs[order], dataset)
+
+
+def _lengths(dataset: str, n: int, rng):
+    """(input lengths, output lengths, arrival times or None) of n requests."""
+    if dataset.startswith("random:"):
+        i, o, spread = _random_spec(dataset)
+        return _uniform(i, spread, n, rng), _uniform(o, spread, n, rng), None
+    if dataset == "sharegpt":
+        raise DlperfError(
+            "dlperf ships no ShareGPT lengths (they need the dataset and your model's "
+            'tokenizer); write them as FILE.jsonl, one {"input_len": I, "output_len": O} '
+            "per line, and pass --dataset FILE.jsonl"
+        )
+    path = Path(dataset)
+    if path.suffix == ".jsonl":
+        return _jsonl(path, n)
+    if path.suffix == ".json":
+        return _histogram(path, n, rng)
+    raise DlperfError(
+        f"unknown --dataset {dataset!r}; give random:in=I,out=O[,range=F], sharegpt, "
+        "FILE.jsonl (lengths per request) or FILE.json (a length histogram)"
+    )
+
+
+def _random_spec(text: str) -> tuple[int, int, float]:
+    fields = {}
+    for part in text.removeprefix("random:").split(","):
+        key, eq, value = part.partition("=")
+        if not eq or key.strip() not in ("in", "out", "range"):
+            raise DlperfError(
+                f"--dataset {text!r}: expected random:in=I,out=O[,range=F], not {part!r}"
+            )
+        fields[key.strip()] = value.strip()
+    try:
+        i, o = int(fields["in"]), int(fields["out"])
+        spread = float(fields.get("range", 0))
+    except (KeyError, ValueError):
+        raise DlperfError(
+            f"--dataset {text!r}: give whole numbers in= and out= (and range= a fraction)"
+        ) from None
+    if i <= 0 or o <= 0 or not 0 <= spread < 1:
+        raise DlperfError(f"--dataset {text!r}: in and out must be positive, range in [0, 1)")
+    return i, o, spread
+
+
+def _uniform(mean: int, spread: float, n: int, rng) -> np.ndarray:
+    low, high = max(1, int(mean * (1 - spread))), int(mean * (1 + spread))
+    return rng.integers(low, high + 1, n)
+
+
+def _jsonl(path: Path, n: int):
+    rows = []
+    try:
+        with path.open() as f:
+            for number, line in enumerate(f, 1):
+                if line.strip():
+                    rows.append(_request(_json_line(line, path, number), path, number))
+    except (OSError, UnicodeDecodeError) as err:
+        raise DlperfError(f"cannot read --dataset {path}: {err}") from None
+    if not rows:
+        raise DlperfError(f"--dataset {path} holds no requests")
+    picked = [rows[k % len(rows)] for k in range(n)]  # cycled, as the file orders them
+    inputs = np.array([r[0] for r in picked])
+    outputs = np.array([r[1] for r in picked])
+    times = [r[2] for r in picked]
+    if all(t is None for t in times):
+        return inputs, outputs, None
+    if any(t is None for t in times) or n > len(rows):
+        raise DlperfError(
+            f"--dataset {path}: give arrival_s on every line, and --num-prompts at most "
+            f"its {len(rows)} requests"
+        )
+    return inputs, outputs, np.array(times, dtype=float)
+
+
+def _json_line(line: str, path: Path, number: int):
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as err:
+        raise DlperfError(f"--dataset {path}, line {number}: not JSON ({err.msg})") from None
+
+
+_INPUT_KEYS = ("input_len", "prompt_len", "prompt_tokens")
+_OUTPUT_KEYS = ("output_len", "output_tokens")
+
+
+def _request(doc, path: Path, number: int):
+    where = f"--dataset {path}, line {number}"
+    if not isinstance(doc, dict):
+        raise DlperfError(f"{where}: expected an object with input_len and output_len")
+    found = [next((doc[k] for k in keys if k in doc), None) for keys in (_INPUT_KEYS, _OUTPUT_KEYS)]
+    if not all(isinstance(v, int) and v > 0 for v in found):
+        raise DlperfError(f"{where}: input_len and output_len must be positive whole numbers")
+    arrival = doc.get("arrival_s")
+    if arrival is not None and not (isinstance(arrival, (int, float)) and arrival >= 0):
+        raise DlperfError(f"{where}: arrival_s must be a number of seconds >= 0")
+    return found[0], found[1], arrival
+
+
+def _histogram(path: Path, n: int, rng):
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        raise DlperfError(f"cannot read --dataset {path}: {err}") from None
+    except json.JSONDecodeError as err:
+        raise DlperfError(f"--dataset {path} is not JSON ({err.msg}, line {err.lineno})") from None
+    if not isinstance(doc, dict):
+        raise DlperfError(f"--dataset {path}: expected an object with input_len and output_len")
+    return (
+        _draw(doc.get("input_len"), path, "input_len", n, rng),
+        _draw(doc.get("output_len"), path, "output_len", n, rng),
+        None,
+    )
+
+
+def _draw(hist, path: Path, name: str, n: int, rng) -> np.ndarray:
+    bad = DlperfError(
+        f'--dataset {path}: {name} must be {{"bins": [n+1 increasing edges], "counts": '
+        "[n counts >= 0, not all 0]}"
+    )
+    if not isinstance(hist, dict):
+        raise bad
+    try:
+        edges = np.asarray(hist["bins"], dtype=float)
+        counts = np.asarray(hist["counts"], dtype=float)
+    except (KeyError, TypeError, ValueError):
+        raise bad from None
+    if (
+        edges.ndim != 1
+        or counts.shape != (len(edges) - 1,)
+        or len(counts) == 0
+        or np.any(np.diff(edges) <= 0)
+        or edges[0] < 1
+        or np.any(counts < 0)
+        or counts.sum() <= 0
+    ):
+        raise bad
+    bins = rng.choice(len(counts), size=n, p=counts / counts.sum())
+    return np.floor(rng.uniform(edges[bins], edges[bins + 1])).astype(int)
