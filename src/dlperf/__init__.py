@@ -19,11 +19,14 @@ The public API (names are a contract, see docs/design.md):
   by kernel against the roofline.
 - `serve(model, gpu=..., precision=..., input_len=..., output_len=..., batch=...)`:
   a decoder LLM served with a KV cache (TTFT, TPOT, tokens/s, memory, max batch).
+- `simulate(model, dataset=..., num_prompts=..., request_rate=..., slo=...)`:
+  a serving benchmark (requests at a rate, continuous batching, latency
+  percentiles, goodput, the largest rate meeting an SLO).
 """
 
 from .advice.engine import advise, fix
 from .analysis import Analysis
-from .api import analyze, measure, memory, plan, report, serve
+from .api import analyze, measure, memory, plan, report, serve, simulate
 from .api import profile_trace as trace
 from .errors import DlperfError
 from .hardware import HardwareSpec, gpu, gpus
@@ -45,6 +48,7 @@ __all__ = [
     "plan",
     "report",
     "serve",
+    "simulate",
     "trace",
 ]
 __version__ = "0.1.0"

@@ -281,3 +281,11 @@ def serve(model, **options):
     from .serving import serve as serve_model
 
     return serve_model(model, **options)
+
+
+def simulate(model, **options):
+    """Simulate a serving benchmark: requests from a dataset arriving at a rate,
+    batched continuously over a paged KV cache (see `dlperf.serving.simulate`)."""
+    from .serving.simulate import simulate as simulate_serving
+
+    return simulate_serving(model, **options)

@@ -7,6 +7,7 @@ The API is imported inside each handler: a verb loads only what it runs.
 
 from __future__ import annotations
 
+import math
 from argparse import Namespace
 
 from ..errors import DlperfError
@@ -94,32 +95,84 @@ def _prompt_sizes(args: Namespace) -> tuple[int, int]:
     return int(shape[0]), int(shape[1])
 
 
+SIMULATION_FLAGS = ("request_rate", "num_prompts", "dataset", "slo", "find_max_rate")
+# Flags of a static batch, and flags of a simulation, that the other mode has no use for.
+STATIC_ONLY = {"batch": "--batch", "input_len": "--input-len", "input": "--input",
+               "output_len": "--output-len", "concurrency": "--concurrency"}  # fmt: skip
+SIMULATION_ONLY = {"max_num_seqs": "--max-num-seqs", "no_chunked_prefill": "--no-chunked-prefill",
+                   "prefix_cache_hit_rate": "--prefix-cache-hit-rate",
+                   "enforce_eager": "--enforce-eager"}  # fmt: skip
+
+
+def _deployment_options(args: Namespace) -> dict:
+    return {
+        "gpu": device_spec(args),
+        "precision": args.precision,
+        "tp": args.tp,
+        "pp": args.pp,
+        "kv_cache_dtype": args.kv_cache_dtype,
+        "gpus_per_node": args.gpus_per_node,
+        "attention": args.attention,
+        "quant_group": args.quant_group,
+        "sampling": args.sampling,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "block_size": args.block_size,
+    }
+
+
 def cmd_serve(args: Namespace) -> None:
+    if any(getattr(args, k) for k in SIMULATION_FLAGS):
+        return _simulate(args)
+    given = [flag for key, flag in SIMULATION_ONLY.items() if getattr(args, key)]
+    if given:
+        raise DlperfError(
+            f"{given[0]} sets the simulated engine; give --request-rate, --num-prompts or "
+            "--dataset to simulate a serving benchmark"
+        )
     from ..serving import serve
 
     batch, input_len = _prompt_sizes(args)
     with Spinner(f"tracing {args.model}", quiet=args.json):
         report = serve(
             args.model,
-            gpu=device_spec(args),
-            precision=args.precision,
             input_len=input_len,
-            output_len=args.output_len,
+            output_len=args.output_len or 128,
             batch=batch,
-            tp=args.tp,
-            pp=args.pp,
-            kv_cache_dtype=args.kv_cache_dtype,
             concurrency=args.concurrency,
             cuda_graphs=args.cuda_graphs,
-            gpus_per_node=args.gpus_per_node,
-            attention=args.attention,
-            quant_group=args.quant_group,
-            sampling=args.sampling,
-            max_num_batched_tokens=args.max_num_batched_tokens,
-            gpu_memory_utilization=args.gpu_memory_utilization,
-            block_size=args.block_size,
+            **_deployment_options(args),
         )
     show(report, text.serve_report, args.json)
+
+
+def _simulate(args: Namespace) -> None:
+    from ..serving.simulate import simulate
+
+    given = [flag for key, flag in STATIC_ONLY.items() if getattr(args, key)]
+    if given:
+        raise DlperfError(
+            f"{given[0]} sizes one static batch; a simulation draws its requests from "
+            "--dataset random:in=I,out=O (or a file) instead"
+        )
+    if args.cuda_graphs and args.enforce_eager:
+        raise DlperfError("give --cuda-graphs or --enforce-eager, not both")
+    with Spinner(f"simulating {args.model}", quiet=args.json):
+        report = simulate(
+            args.model,
+            dataset=args.dataset or "random:in=1024,out=128",
+            num_prompts=args.num_prompts or 1000,
+            request_rate=args.request_rate or math.inf,
+            slo=args.slo,
+            find_max_rate=args.find_max_rate,
+            max_num_seqs=args.max_num_seqs,
+            chunked_prefill=not args.no_chunked_prefill,
+            prefix_cache_hit_rate=args.prefix_cache_hit_rate,
+            seed=args.seed,
+            cuda_graphs=not args.enforce_eager,
+            **_deployment_options(args),
+        )
+    show(report, text.simulation_report, args.json)
 
 
 def cmd_measure_comm(args: Namespace) -> None:

@@ -344,6 +344,73 @@ MEASURE_COMM = (
     *JSON,
 )
 
+
+def rate(text: str) -> float:
+    """--request-rate: requests per second, or inf (all at once)."""
+    if text.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    return positive_float(text)
+
+
+def probability(text: str) -> float:
+    """A share in [0, 1), such as --prefix-cache-hit-rate 0.5."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be in [0, 1)")
+    return value
+
+
+# A serving benchmark instead of one static batch (`serving.simulate`).
+SIMULATION = (
+    option(
+        "--request-rate",
+        type=rate,
+        metavar="R",
+        help="simulate a serving benchmark: requests per second arriving as a Poisson "
+        "process (inf: all at once, the default of a simulation)",
+    ),
+    option("--num-prompts", type=positive_int, metavar="N", help="requests simulated (1000)"),
+    option(
+        "--dataset",
+        metavar="SPEC",
+        help="request lengths: random:in=I,out=O[,range=F] (default random:in=1024,out=128), "
+        "FILE.jsonl ({input_len, output_len[, arrival_s]} per line) or FILE.json (a histogram)",
+    ),
+    option(
+        "--max-num-seqs",
+        type=positive_int,
+        help="sequences per engine step at most "
+        "(default: vLLM's, 1024 on GPUs of 70 GiB or more except the A100, else 256)",
+    ),
+    option(
+        "--no-chunked-prefill",
+        action="store_true",
+        help="prompts run whole in steps of their own (vLLM V0's default scheduler)",
+    ),
+    option(
+        "--prefix-cache-hit-rate",
+        type=probability,
+        default=0.0,
+        metavar="H",
+        help="share of each prompt found in the prefix cache (default: 0)",
+    ),
+    option(
+        "--enforce-eager",
+        action="store_true",
+        help="the simulated engine launches every kernel (default: CUDA graphs, as vLLM)",
+    ),
+    option("--slo", metavar="LIMITS", help="latency limits for goodput, like ttft=500ms,tpot=50ms"),
+    option(
+        "--find-max-rate",
+        action="store_true",
+        help="search the largest request rate whose P99 latencies meet --slo",
+    ),
+    option("--seed", type=int, default=0, help="seed of the lengths and arrivals drawn"),
+)
+
 SERVE = (
     MODEL,
     option("--gpu", default="a100", help=GPU_HELP),
@@ -355,7 +422,7 @@ SERVE = (
         help="weights and GEMMs: fp16/bf16, fp8 (Hopper+), int8 (W8A8), int8/int4 weight-only",
     ),
     option("--input-len", type=positive_int, help="prompt tokens per request (default: 128)"),
-    option("--output-len", type=positive_int, default=128, help="generated tokens per request"),
+    option("--output-len", type=positive_int, help="generated tokens per request (default: 128)"),
     option("--batch", type=positive_int, help="requests served as one static batch (default: 1)"),
     option(
         "--input",
@@ -420,5 +487,6 @@ SERVE = (
         default=16,
         help="tokens per KV cache block; a sequence holds whole blocks (default: 16)",
     ),
+    *SIMULATION,
     *JSON,
 )

@@ -11,7 +11,13 @@ quantized weights, tensor and pipeline parallelism, batch sizing.
 - timeline.py: prefill, decode steps, pipeline stages, a request's times;
 - memory.py: weights, KV cache, activations, workspace; the largest batch;
 - result.py: the report and its analysis (top ops, bounds);
-- api.py: `serve(...)`, the public entry point (`dlperf.serve`).
+- eager_attention.py: a model's eager attention as the engine's fused kernel;
+- deployment.py: the model, engine and memory plan `serve` and `simulate` share;
+- api.py: `serve(...)`, the public entry point (`dlperf.serve`);
+- workload.py: requests of a dataset arriving at a rate;
+- step_costs.py: an engine step's price, tabulated from traced steps;
+- scheduler.py: continuous batching over a paged KV cache, step by step;
+- simulate.py: `simulate(...)`, a serving benchmark (`dlperf.simulate`).
 """
 
 from .api import serve

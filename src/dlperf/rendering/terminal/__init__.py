@@ -10,6 +10,7 @@ from .measurement import calibration_document, calibration_report, measure_repor
 from .memory import memory_report
 from .parallel import comm_report, plan_report
 from .serve import serve_report
+from .simulate import simulation_report
 
 __all__ = [
     "advice_report",
@@ -29,6 +30,7 @@ __all__ = [
     "rules_table",
     "seconds",
     "serve_report",
+    "simulation_report",
     "sweeps_list",
     "trace_report",
     "written",

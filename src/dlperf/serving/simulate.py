@@ -1,0 +1,286 @@
+"""`dlperf.simulate`: a serving benchmark run on a predicted deployment.
+
+Requests from a dataset arrive at a rate (`workload`); an engine with vLLM's
+settings batches them continuously over a paged KV cache (`scheduler`); each
+step costs what dlperf's traced steps say (`step_costs`). Reported as vLLM's
+and SGLang's `benchmark_serving` report a run: request and token
+throughputs; TTFT, TPOT, ITL and E2E latency as mean, median, P90 and P99;
+goodput under an SLO; and, with `find_max_rate`, the largest request rate
+whose P99 latencies meet the SLO.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import DlperfError
+from .deployment import deploy
+from .memory import default_max_num_seqs
+from .scheduler import EngineLimits, Timings, run_engine
+from .step_costs import StepCosts
+from .workload import Workload, workload
+
+PERCENTILES = (50, 90, 99)
+# Rates tried by `find_max_rate`: doubling from the first, then this many halvings.
+BISECTIONS = 8
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Latency limits in seconds (None: no limit) that every request must meet."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+    def met(self, ttft, tpot, e2e) -> np.ndarray:
+        ok = np.ones(len(ttft), bool)
+        for limit, values in ((self.ttft_s, ttft), (self.tpot_s, tpot), (self.e2e_s, e2e)):
+            if limit is not None:
+                ok &= values <= limit
+        return ok
+
+    def to_dict(self) -> dict:
+        return {"ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s}
+
+
+_UNITS = {"ms": 1e-3, "s": 1.0, "us": 1e-6}
+
+
+def parse_slo(text: str) -> Slo:
+    """`ttft=500ms,tpot=50ms[,e2e=10s]` (units ms, s or us; bare numbers are ms,
+    as vLLM's --goodput takes them)."""
+    found = {}
+    for part in text.split(","):
+        key, eq, value = part.strip().partition("=")
+        match = re.fullmatch(r"([0-9.]+(?:e-?[0-9]+)?)\s*(ms|s|us)?", value.strip())
+        if not eq or key not in ("ttft", "tpot", "e2e") or not match or key in found:
+            raise DlperfError(
+                f"--slo {text!r}: expected ttft=500ms,tpot=50ms (keys ttft, tpot, e2e; "
+                "units ms, s or us), not {part!r}"
+            )
+        seconds = float(match[1]) * _UNITS[match[2] or "ms"]
+        if not seconds > 0:
+            raise DlperfError(f"--slo {text!r}: {key} must be a positive time")
+        found[f"{key}_s"] = seconds
+    return Slo(**found)
+
+
+def _stats(values: np.ndarray) -> dict:
+    if len(values) == 0:
+        return {"mean": None, "median": None, **{f"p{q}": None for q in PERCENTILES}}
+    out = {"mean": float(np.mean(values)), "median": float(np.median(values))}
+    out.update({f"p{q}": float(np.percentile(values, q)) for q in PERCENTILES})
+    return out
+
+
+@dataclass
+class SimulationReport:
+    """A serving benchmark on the deployment; latencies in seconds."""
+
+    model: str
+    gpu: str
+    precision: str
+    tp: int
+    pp: int
+    dataset: str
+    num_prompts: int
+    request_rate: float
+    engine: dict
+    completed: int = 0
+    duration_s: float = 0.0
+    request_throughput: float = 0.0
+    input_throughput: float = 0.0
+    output_throughput: float = 0.0
+    total_token_throughput: float = 0.0
+    ttft: dict = field(default_factory=dict)
+    tpot: dict = field(default_factory=dict)
+    itl: dict = field(default_factory=dict)
+    e2e: dict = field(default_factory=dict)
+    slo: Slo | None = None
+    goodput: float | None = None  # requests per second that met the SLO
+    slo_attainment: float | None = None  # their share
+    steps: int = 0
+    preemptions: int = 0
+    mean_batch: float = 0.0
+    max_rate: dict | None = None  # find_max_rate's answer
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items() if k != "slo"}
+        out["slo"] = self.slo.to_dict() if self.slo else None
+        out["request_rate"] = None if math.isinf(self.request_rate) else self.request_rate
+        return out
+
+
+def _fill(report: SimulationReport, work: Workload, timings: Timings, slo: Slo | None) -> None:
+    ttft = timings.first_token_s - work.arrival_s
+    e2e = timings.finish_s - work.arrival_s
+    out = work.output_len
+    many = out > 1
+    tpot = (e2e[many] - ttft[many]) / (out[many] - 1)
+    duration = float(np.max(timings.finish_s) - work.arrival_s[0])
+    report.completed = len(work)
+    report.duration_s = duration
+    report.request_throughput = len(work) / duration
+    report.input_throughput = float(work.input_len.sum()) / duration
+    report.output_throughput = float(out.sum()) / duration
+    report.total_token_throughput = report.input_throughput + report.output_throughput
+    report.ttft, report.tpot, report.e2e = _stats(ttft), _stats(tpot), _stats(e2e)
+    report.itl = _stats(timings.itl_s)
+    report.steps, report.preemptions = timings.steps, timings.preemptions
+    report.mean_batch = float(np.mean(timings.batch_sizes)) if timings.batch_sizes else 0.0
+    if slo is not None:
+        per_token = np.zeros(len(work))
+        per_token[many] = tpot
+        met = slo.met(ttft, per_token, e2e)
+        report.slo, report.slo_attainment = slo, float(met.mean())
+        report.goodput = float(met.sum()) / duration
+
+
+class Simulator:
+    """One deployment and its engine settings, simulated at any request rate."""
+
+    def __init__(self, model, *, dataset: str, num_prompts: int, max_num_seqs=None,
+                 chunked_prefill: bool = True, prefix_cache_hit_rate: float = 0.0,
+                 seed: int = 0, **deployment):  # fmt: skip
+        if not 0 <= prefix_cache_hit_rate < 1:
+            raise DlperfError(
+                f"--prefix-cache-hit-rate must be in [0, 1), not {prefix_cache_hit_rate!r}"
+            )
+        if max_num_seqs is not None and (not isinstance(max_num_seqs, int) or max_num_seqs <= 0):
+            raise DlperfError(
+                f"--max-num-seqs must be a positive whole number, not {max_num_seqs!r}"
+            )
+        self.dataset, self.num_prompts, self.seed = dataset, num_prompts, seed
+        workload(dataset, num_prompts, math.inf, seed)  # bad datasets fail before tracing
+        self.d = deploy(model, **deployment)
+        spec = self.d.spec
+        self.max_num_seqs = max_num_seqs or default_max_num_seqs(spec)
+        sample = workload(dataset, num_prompts, math.inf, seed)
+        longest = int((sample.input_len + sample.output_len).max())
+        timeline = self.d.timeline(int(sample.input_len.max()), int(sample.output_len.max()))
+        prefill, _ = timeline.prefill_tokens(self.d.max_num_batched_tokens)
+        fixed, per_token = self.d.memory(prefill)
+        free = self.d.budget_bytes - fixed.total_bytes
+        self.memory = {**fixed.to_dict(), "budget_bytes": self.d.budget_bytes}
+        blocks = int(free // (per_token * self.d.block_size)) if free > 0 else 0
+        self.memory["kv_cache_bytes"] = blocks * per_token * self.d.block_size
+        self.limits = EngineLimits(
+            self.max_num_seqs, self.d.max_num_batched_tokens, blocks, self.d.block_size,
+            chunked_prefill, prefix_cache_hit_rate,
+        )  # fmt: skip
+        self.costs = StepCosts(timeline, self.max_num_seqs, self.d.max_num_batched_tokens, longest)
+
+    def run(self, request_rate: float, slo: Slo | None = None) -> SimulationReport:
+        work = workload(self.dataset, self.num_prompts, request_rate, self.seed)
+        timings = run_engine(work, self.limits, self.costs)
+        report = self._report(request_rate)
+        _fill(report, work, timings, slo)
+        return report
+
+    def _report(self, request_rate: float) -> SimulationReport:
+        d = self.d
+        engine = {
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": d.max_num_batched_tokens,
+            "gpu_memory_utilization": d.gpu_memory_utilization,
+            "block_size": d.block_size,
+            "kv_cache_blocks": self.limits.kv_blocks,
+            "chunked_prefill": self.limits.chunked_prefill,
+            "prefix_cache_hit_rate": self.limits.prefix_cache_hit_rate,
+            "memory": self.memory,
+        }
+        return SimulationReport(
+            d.run.name, d.spec.id, d.scheme.name, d.tp, d.pp, self.dataset, self.num_prompts,
+            request_rate, engine,
+        )  # fmt: skip
+
+    def find_max_rate(self, slo: Slo, start: float = 0.5) -> tuple[float, SimulationReport]:
+        """The largest request rate whose P99 TTFT, TPOT and E2E meet `slo`
+        (doubling from `start`, then bisecting; inf when all requests sent at
+        once meet it), and the run at it."""
+
+        def meets(report: SimulationReport) -> bool:
+            limits = ((slo.ttft_s, report.ttft), (slo.tpot_s, report.tpot), (slo.e2e_s, report.e2e))
+            return all(
+                limit is None or stats["p99"] is None or stats["p99"] <= limit
+                for limit, stats in limits
+            )
+
+        burst = self.run(math.inf, slo)
+        if meets(burst):  # no rate is too high: the queue of all of them meets it
+            return math.inf, burst
+        low, high, best = 0.0, start, None
+        while high < burst.request_throughput * 64:  # far past capacity it cannot meet it
+            report = self.run(high, slo)
+            if not meets(report):
+                break
+            low, best, high = high, report, high * 2
+        for _ in range(BISECTIONS):
+            middle = (low + high) / 2
+            report = self.run(middle, slo)
+            if meets(report):
+                low, best = middle, report
+            else:
+                high = middle
+        if best is None:
+            raise DlperfError(
+                f"no request rate down to {high:.3g}/s meets the SLO "
+                f"({_slo_text(slo)}): the deployment misses it even unloaded"
+            )
+        return low, best
+
+
+def _slo_text(slo: Slo) -> str:
+    parts = [f"{k} {v * 1e3:g} ms" for k, v in (("ttft", slo.ttft_s), ("tpot", slo.tpot_s),
+                                                ("e2e", slo.e2e_s)) if v is not None]  # fmt: skip
+    return ", ".join(parts)
+
+
+def simulate(
+    model,
+    dataset: str = "random:in=1024,out=128",
+    num_prompts: int = 1000,
+    request_rate: float = math.inf,
+    slo: str | Slo | None = None,
+    find_max_rate: bool = False,
+    max_num_seqs: int | None = None,
+    chunked_prefill: bool = True,
+    prefix_cache_hit_rate: float = 0.0,
+    seed: int = 0,
+    **deployment,
+) -> SimulationReport:
+    """Simulate a serving benchmark of `model` (module docstring).
+
+    `dataset`: random:in=I,out=O[,range=F], FILE.jsonl or FILE.json
+    (`serving.workload`); `request_rate` in requests/s (inf: all at once);
+    `slo` like "ttft=500ms,tpot=50ms"; `find_max_rate` searches the largest
+    rate whose P99 latencies meet it. The engine: `max_num_seqs` (default
+    vLLM's for the GPU), `chunked_prefill`, `prefix_cache_hit_rate`; the
+    deployment's options are `serve`'s (gpu, precision, tp, pp,
+    kv_cache_dtype, cuda_graphs, max_num_batched_tokens,
+    gpu_memory_utilization, block_size, ...)."""
+    if isinstance(slo, str):
+        slo = parse_slo(slo)
+    if find_max_rate and slo is None:
+        raise DlperfError("--find-max-rate needs an --slo, like --slo ttft=500ms,tpot=50ms")
+    simulator = Simulator(
+        model, dataset=dataset, num_prompts=num_prompts, max_num_seqs=max_num_seqs,
+        chunked_prefill=chunked_prefill, prefix_cache_hit_rate=prefix_cache_hit_rate, seed=seed,
+        **deployment,
+    )  # fmt: skip
+    if not find_max_rate:
+        return simulator.run(request_rate, slo)
+    rate, report = simulator.find_max_rate(slo)
+    report.max_rate = {
+        "request_rate": None if math.isinf(rate) else rate,
+        "criterion": f"P99 within {_slo_text(slo)}",
+    }
+    if math.isinf(rate):
+        report.notes.append("the SLO holds even with every request sent at once")
+    return report

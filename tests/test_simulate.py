@@ -1,0 +1,237 @@
+"""The serving simulator (`dlperf serve --request-rate ...`): workloads, the
+continuous-batching scheduler on step costs chosen by hand, and the whole
+run on a tiny decoder. Expected values are derived in the comments."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from dlperf.cli import main
+from dlperf.errors import DlperfError
+from dlperf.serving import serve
+from dlperf.serving.scheduler import EngineLimits, run_engine
+from dlperf.serving.simulate import Simulator, parse_slo
+from dlperf.serving.workload import Workload, workload
+
+LLAMA = "hf:llama:layers=2,hidden=128,heads=4,kv_heads=2,mlp=256,vocab=1000"
+
+
+class SecondPerStep:
+    """Every engine step takes one second, whatever it runs; it keeps what it was given."""
+
+    def __init__(self):
+        self.steps = []
+
+    def step_s(self, decodes, decode_cached, chunks):
+        self.steps.append((decodes, list(chunks)))
+        return 1.0
+
+    def decode_s(self, batch, mean_cached):
+        return 1.0
+
+
+def requests(arrivals, inputs, outputs) -> Workload:
+    return Workload(np.array(arrivals, float), np.array(inputs), np.array(outputs), "test")
+
+
+def limits(**kw) -> EngineLimits:
+    base = {"max_num_seqs": 8, "max_num_batched_tokens": 64, "kv_blocks": 100, "block_size": 4}
+    return EngineLimits(**{**base, **kw})
+
+
+# -- the scheduler ------------------------------------------------------------------------
+
+
+def test_one_request_prefills_then_decodes_a_token_a_step():
+    # 10 prompt tokens in one step (budget 64) give the first token at 1 s; the other 4 of
+    # its 5 tokens take a step each: finished at 5 s, every gap between tokens 1 s
+    t = run_engine(requests([0], [10], [5]), limits(), SecondPerStep())
+    assert t.first_token_s[0] == 1.0 and t.finish_s[0] == 5.0
+    assert list(t.itl_s) == [1.0] * 4
+
+
+def test_chunked_prefill_cuts_a_prompt_to_the_token_budget():
+    # 10 prompt tokens with a budget of 4 a step: chunks of 4, 4 and 2, the first token at
+    # the end of the third step (3 s)
+    costs = SecondPerStep()
+    t = run_engine(requests([0], [10], [2]), limits(max_num_batched_tokens=4), costs)
+    assert t.first_token_s[0] == 3.0
+    assert costs.steps[:3] == [(0, [(4, 0)]), (0, [(4, 4)]), (0, [(2, 8)])]
+    # without chunking the prompt cannot run in 4-token steps: refused, never stalled
+    whole = limits(max_num_batched_tokens=4, chunked_prefill=False)
+    with pytest.raises(DlperfError, match="must fit one step"):
+        run_engine(requests([0], [10], [2]), whole, SecondPerStep())
+
+
+def test_decodes_and_a_new_prompt_share_a_step():
+    # request 0 arrives at 0 and emits at 1 s; request 1 arrives at 0.5 s and joins the
+    # second step beside request 0's decode: its first token at 2 s
+    costs = SecondPerStep()
+    t = run_engine(requests([0, 0.5], [8, 8], [3, 3]), limits(), costs)
+    assert t.first_token_s.tolist() == [1.0, 2.0]
+    assert costs.steps[1] == (1, [(8, 0)])  # one decode (8 cached) and request 1's prompt
+    # without chunked prefill the new prompt runs alone first: request 0 waits a step
+    costs = SecondPerStep()
+    t = run_engine(requests([0, 0.5], [8, 8], [3, 3]), limits(chunked_prefill=False), costs)
+    assert costs.steps[1] == (0, [(8, 0)])
+    assert t.finish_s[0] == 4.0  # tokens at 1, 3 and 4 s
+
+
+def test_the_sequence_limit_makes_later_requests_wait():
+    # 3 requests at once, 2 sequences at most: the third starts when the first two finish
+    # (each 2 output tokens: at 1 s and 2 s), so its first token comes at 3 s
+    t = run_engine(requests([0, 0, 0], [4, 4, 4], [2, 2, 2]), limits(max_num_seqs=2),
+                   SecondPerStep())  # fmt: skip
+    assert t.first_token_s.tolist() == [1.0, 1.0, 3.0]
+
+
+def test_running_out_of_blocks_preempts_the_newest_and_recomputes_it():
+    # blocks of 4 tokens, 5 in all. Two requests of 8 prompt tokens take 2 blocks each and
+    # emit at 1 s; their 9th tokens need a third block each, and 1 is free: request 0 takes
+    # it, request 1 (the newest) is preempted, its 2 blocks freed, and later recomputes its
+    # 8 prompt tokens plus the 1 it emitted
+    costs = SecondPerStep()
+    t = run_engine(requests([0, 0], [8, 8], [4, 4]), limits(kv_blocks=5), costs)
+    assert t.preemptions >= 1
+    assert np.all(np.isfinite(t.finish_s))  # every request still finishes
+    assert any(chunks == [(9, 0)] for _, chunks in costs.steps)  # the recompute
+    with pytest.raises(DlperfError, match="needs 3 KV cache blocks"):
+        run_engine(requests([0], [8], [4]), limits(kv_blocks=2), SecondPerStep())
+
+
+def test_prefix_cache_hits_skip_whole_blocks_of_the_prompt():
+    # half of a 16-token prompt is cached: 8 tokens (2 blocks of 4) are not computed again
+    costs = SecondPerStep()
+    run_engine(requests([0], [16], [2]), limits(prefix_cache_hit_rate=0.5), costs)
+    assert costs.steps[0] == (0, [(8, 8)])
+
+
+# -- workloads and SLOs ----------------------------------------------------------------------
+
+
+def test_random_lengths_and_poisson_arrivals():
+    fixed = workload("random:in=100,out=20", 50)
+    assert set(fixed.input_len) == {100} and set(fixed.output_len) == {20}
+    assert np.all(fixed.arrival_s == 0)  # no rate: all at once
+    spread = workload("random:in=100,out=20,range=0.5", 2000, request_rate=4.0, seed=1)
+    assert spread.input_len.min() >= 50 and spread.input_len.max() <= 150
+    # exponential gaps of mean 1/4 s: over 1999 gaps the mean is within 10% of 0.25 s
+    # (its standard error is 0.25 / sqrt(1999) = 2.2%)
+    assert np.mean(np.diff(spread.arrival_s)) == pytest.approx(0.25, rel=0.1)
+
+
+def test_jsonl_and_histogram_datasets(tmp_path):
+    lines = tmp_path / "runs.jsonl"
+    lines.write_text('{"input_len": 7, "output_len": 3, "arrival_s": 2.5}\n'
+                     '{"prompt_len": 9, "output_tokens": 4, "arrival_s": 0.5}\n')  # fmt: skip
+    w = workload(str(lines), 2)
+    assert w.arrival_s.tolist() == [0.5, 2.5] and w.input_len.tolist() == [9, 7]
+    hist = tmp_path / "lengths.json"
+    doc = {
+        "source": "made up for the test",
+        "input_len": {"bins": [10, 20], "counts": [1]},
+        "output_len": {"bins": [1, 2, 100], "counts": [1, 0]},
+    }
+    hist.write_text(json.dumps(doc))
+    w = workload(str(hist), 100)
+    assert w.input_len.min() >= 10 and w.input_len.max() < 20
+    assert set(w.output_len) == {1}  # the only bin with a count
+
+
+@pytest.mark.parametrize(
+    ("dataset", "message"),
+    [
+        ("sharegpt", "ships no ShareGPT lengths"),
+        ("random:in=10", "give whole numbers"),
+        ("random:in=10,out=5,range=2", "range in"),
+        ("lengths.csv", "unknown --dataset"),
+        ("missing.jsonl", "cannot read"),
+    ],
+)
+def test_bad_datasets_are_one_line(dataset, message):
+    with pytest.raises(DlperfError, match=message) as err:
+        workload(dataset, 10)
+    assert "\n" not in str(err.value)
+
+
+def test_slo_units():
+    slo = parse_slo("ttft=0.5s,tpot=50ms")
+    assert (slo.ttft_s, slo.tpot_s, slo.e2e_s) == (0.5, 0.05, None)
+    assert parse_slo("e2e=2000").e2e_s == 2.0  # bare numbers are ms, as vLLM's --goodput
+    with pytest.raises(DlperfError, match="expected ttft=500ms"):
+        parse_slo("latency=3s")
+
+
+# -- a whole run --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def simulator():
+    return Simulator(LLAMA, dataset="random:in=64,out=16", num_prompts=200, gpu="a100")
+
+
+def test_far_below_capacity_a_request_sees_the_static_batch_of_one(simulator):
+    # one request every 100 s never meets another: its first token comes after one prefill
+    # of its 64 tokens (a grid point of the step table: the same traced step as serve's)
+    # and each further token after one decode step at batch 1
+    report = simulator.run(0.01)
+    alone = serve(LLAMA, gpu="a100", input_len=64, output_len=16, batch=1)
+    assert report.ttft["p50"] == pytest.approx(alone.ttft_s, rel=1e-9)
+    # decode steps are interpolated between cache lengths 1 and 80: within 2% of serve's
+    assert report.tpot["p50"] == pytest.approx(alone.tpot_s, rel=0.02)
+    assert report.mean_batch == pytest.approx(1.0)
+
+
+def test_a_burst_runs_in_waves_of_the_sequence_limit():
+    # 40 requests at once, 8 sequences at most, nothing else binding (8 x 64 = 512 prompt
+    # tokens fit the A100's 2048-token budget; the cache holds them all): 5 waves, each one
+    # step of eight 64-token prompts, then 15 decode steps of 8 with 64 .. 78 cached
+    sim = Simulator(LLAMA, dataset="random:in=64,out=16", num_prompts=40, gpu="a100",
+                    max_num_seqs=8)  # fmt: skip
+    report = sim.run(math.inf)
+    c = sim.costs
+    wave = c.step_s(0, 0.0, [(64, 0)] * 8) + sum(c.decode_s(8, 64 + j) for j in range(15))
+    assert report.duration_s == pytest.approx(5 * wave, rel=1e-9)
+    assert report.output_throughput == pytest.approx(40 * 16 / (5 * wave), rel=1e-9)
+    # far above capacity (20 times the burst's request rate) the engine stays saturated:
+    # the last request arrives 1/20 into the run; throughput within 10% of the burst's
+    busy = sim.run(20 * report.request_throughput)
+    assert busy.output_throughput == pytest.approx(report.output_throughput, rel=0.1)
+
+
+def test_find_max_rate_meets_the_slo_just_below_it(simulator):
+    slo = parse_slo("ttft=2ms")
+    rate, report = simulator.find_max_rate(slo)
+    assert report.ttft["p99"] <= 0.002 < simulator.run(math.inf).ttft["p99"]
+    assert simulator.run(rate * 1.05, slo).ttft["p99"] > 0.002  # bisected to within 1/256
+    assert report.goodput is not None and 0 < report.slo_attainment <= 1
+    # an SLO that the whole queue at once meets has no largest rate
+    assert simulator.find_max_rate(parse_slo("ttft=10s"))[0] == math.inf
+
+
+def test_command_line_json_names_and_refusals(capsys):
+    main(["serve", LLAMA, "--gpu", "a100", "--request-rate", "50", "--num-prompts", "40",
+          "--dataset", "random:in=32,out=8", "--slo", "ttft=1s", "--json"])  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    for name in ("ttft", "tpot", "itl", "e2e"):
+        assert set(doc[name]) >= {"mean", "median", "p50", "p90", "p99"}
+    for key in ("request_throughput", "output_throughput", "input_throughput", "goodput"):
+        assert doc[key] > 0
+    for argv, message in (
+        (["--request-rate", "5", "--batch", "4"], "--batch sizes one static batch"),
+        (["--max-num-seqs", "4"], "--max-num-seqs sets the simulated engine"),
+        (["--find-max-rate"], "needs an --slo"),
+    ):
+        assert main(["serve", LLAMA, *argv]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_simulate_is_public():
+    import dlperf
+
+    report = dlperf.simulate(LLAMA, gpu="a100", dataset="random:in=16,out=4", num_prompts=5)
+    assert report.completed == 5
