@@ -337,3 +337,29 @@ def test_engine_reserves_one_chunks_activations_and_the_rest_is_kv_cache():
     # a 4096-token chunk reserves 8 times the 512-token one's
     wide = serve(LLAMA, gpu="a100", input_len=64, output_len=64, max_num_batched_tokens=4096)
     assert wide.memory["activations_bytes"] == pytest.approx(8 * m["activations_bytes"])
+
+
+def test_speculative_decoding_what_if():
+    from dlperf.serving.speculative import tokens_per_step
+
+    # 4 guesses each accepted with probability 0.7: 1 + 0.7 + 0.7^2 + 0.7^3 + 0.7^4
+    # = (1 - 0.7^5) / 0.3 = 2.7731 tokens a step; all accepted: 5; none: 1
+    assert tokens_per_step(4, 0.7) == pytest.approx(2.7731)
+    assert tokens_per_step(4, 1.0) == 5 and tokens_per_step(4, 0.0) == 1
+    ngram = {"method": "ngram", "num_speculative_tokens": 4, "acceptance_rate": 0.7}
+    report = serve(LLAMA, gpu="a100", input_len=16, output_len=4, speculative=ngram)
+    sp = report.speculative
+    # the n-gram proposer costs no GPU time: the step is the verification of 5 tokens a
+    # sequence, which costs at least the plain one-token step
+    assert sp["step_s"] == sp["verify_step_s"] >= sp["plain_tpot_s"]
+    assert sp["tpot_s"] == pytest.approx(sp["step_s"] / 2.7731, rel=1e-4)
+    draft = {**ngram, "method": "draft_model", "model": LLAMA}
+    with_draft = serve(LLAMA, gpu="a100", input_len=16, output_len=4, speculative=draft)
+    # a draft as large as the model: 4 of its decode steps are added to the verification
+    sd = with_draft.speculative
+    assert sd["step_s"] == pytest.approx(sd["verify_step_s"] + 4 * sd["draft_step_s"])
+    assert sd["draft_step_s"] == pytest.approx(sd["plain_tpot_s"], rel=1e-9)
+    assert sd["speedup"] < 1  # it cannot pay
+    for bad, message in (("{", "not JSON"), ('{"method": "eagle"}', "method must be")):
+        with pytest.raises(DlperfError, match=message):
+            serve(LLAMA, gpu="a100", input_len=16, output_len=4, speculative=bad)

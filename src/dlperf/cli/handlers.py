@@ -98,7 +98,8 @@ def _prompt_sizes(args: Namespace) -> tuple[int, int]:
 SIMULATION_FLAGS = ("request_rate", "num_prompts", "dataset", "slo", "find_max_rate")
 # Flags of a static batch, and flags of a simulation, that the other mode has no use for.
 STATIC_ONLY = {"batch": "--batch", "input_len": "--input-len", "input": "--input",
-               "output_len": "--output-len", "concurrency": "--concurrency"}  # fmt: skip
+               "output_len": "--output-len", "concurrency": "--concurrency",
+               "speculative_config": "--speculative-config"}  # fmt: skip
 SIMULATION_ONLY = {"max_num_seqs": "--max-num-seqs", "no_chunked_prefill": "--no-chunked-prefill",
                    "prefix_cache_hit_rate": "--prefix-cache-hit-rate",
                    "enforce_eager": "--enforce-eager"}  # fmt: skip
@@ -141,6 +142,7 @@ def cmd_serve(args: Namespace) -> None:
             batch=batch,
             concurrency=args.concurrency,
             cuda_graphs=args.cuda_graphs,
+            speculative=args.speculative_config,
             **_deployment_options(args),
         )
     show(report, text.serve_report, args.json)

@@ -487,6 +487,12 @@ SERVE = (
         default=16,
         help="tokens per KV cache block; a sequence holds whole blocks (default: 16)",
     ),
+    option(
+        "--speculative-config",
+        metavar="JSON",
+        help='speculative decoding what-if, as vLLM takes it: {"method": "ngram" or '
+        '"draft_model", "model": DRAFT, "num_speculative_tokens": K, "acceptance_rate": A}',
+    ),
     *SIMULATION,
     *JSON,
 )

@@ -22,6 +22,7 @@ from .result import (
     top_ops,
     weight_bytes_read,
 )
+from .speculative import parse_speculative, what_if
 from .timeline import Timeline, check_lengths, mean_decode_s
 
 # The keyword arguments of `serve` that make the deployment (`deployment.deploy`).
@@ -51,6 +52,7 @@ def serve(
     max_num_batched_tokens: int | None = None,
     gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
     block_size: int = BLOCK_SIZE,
+    speculative: str | dict | None = None,
 ) -> ServeReport:
     """Predict serving a decoder LLM (`hf:llama-7b`, a model file whose forward
     takes `past_key_values`, ...) on `tp` x `pp` GPUs: time to first token,
@@ -73,9 +75,12 @@ def serve(
     Memory as vLLM plans it (`serving.memory`): the engine takes
     `gpu_memory_utilization` of each card, reserves activations for one step
     of `max_num_batched_tokens` tokens (default vLLM's server's for the GPU)
-    and holds the KV cache in blocks of `block_size` tokens.
+    and holds the KV cache in blocks of `block_size` tokens. `speculative`
+    (vLLM's --speculative-config JSON, `serving.speculative`) adds the
+    speculative-decoding what-if of the middle decode step.
     """
     check_lengths(input_len, output_len, batch, concurrency)
+    speculation = parse_speculative(speculative) if speculative else None
     settings = {k: v for k, v in locals().items() if k in DEPLOYMENT_OPTIONS}
     deployment = deploy(model, **settings)
     run, spec, scheme = deployment.run, deployment.spec, deployment.scheme
@@ -107,7 +112,25 @@ def serve(
     _bound_notes(report, middle, spec, scheme)
     if concurrency:
         report.concurrency = _in_flight(timeline, concurrency)
+    if speculation:
+        cached = points[len(points) // 2]
+        report.speculative = _speculate(speculation, timeline, settings, batch, cached,
+                                        middle_t["time_s"])  # fmt: skip
     return report
+
+
+def _speculate(speculation, timeline: Timeline, settings: dict, batch: int, cached: int,
+               plain_s: float) -> dict:  # fmt: skip
+    """The what-if at the middle decode step's cache length (`speculative`)."""
+    _, verify = timeline.verify(batch, speculation.k + 1, cached)
+    draft_s = 0.0  # n-gram lookup runs on the host
+    if speculation.draft:
+        draft = deploy(speculation.draft, **settings).timeline(timeline.input_len, 2)
+        ((_, timing),), _ = draft.decode(batch, [cached])
+        draft_s = timing["time_s"]
+    found = what_if(speculation, verify["time_s"], draft_s, plain_s)
+    found["cached_tokens"] = cached
+    return found
 
 
 def _request_times(report: ServeReport, ttft_s: float, tpot_s: float) -> None:

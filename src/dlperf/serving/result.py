@@ -73,6 +73,7 @@ class ServeReport:
     decode: PhaseReport
     cuda_graphs: bool = False
     concurrency: dict | None = None
+    speculative: dict | None = None  # the speculative-decoding what-if (`speculative`)
     notes: list[str] = field(default_factory=list)
     unsupported_ops: dict = field(default_factory=dict)
 
@@ -99,6 +100,7 @@ class ServeReport:
         out["prefill"] = self.prefill.to_dict()
         out["decode"] = self.decode.to_dict()
         out["concurrency"] = self.concurrency
+        out["speculative"] = self.speculative
         out["notes"] = list(self.notes)
         out["unsupported_ops"] = dict(self.unsupported_ops)
         return out

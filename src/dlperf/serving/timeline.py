@@ -117,6 +117,13 @@ class Timeline:
         step = self.tracer.step("prefill", 1, tokens, 0)
         return step, step_time_s(step, self.tracer.engine, self.pp, 1, self.cuda_graphs)
 
+    def verify(self, batch: int, new_tokens: int, cached: int) -> tuple[Step, dict]:
+        """A decode step over `new_tokens` tokens per sequence (speculative
+        decoding's verification of the guesses)."""
+        micro = micro_batches(batch, new_tokens, self.pp)
+        step = self.tracer.step("decode", batch // micro, new_tokens, cached)
+        return step, step_time_s(step, self.tracer.engine, self.pp, micro, self.cuda_graphs)
+
     def decode(self, batch: int, points: list[int] | None = None):
         """([(step, timing) per traced cache length], cache lengths)."""
         micro = micro_batches(batch, 1, self.pp)

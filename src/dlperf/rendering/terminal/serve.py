@@ -38,6 +38,15 @@ def serve_report(r, console: Console | None = None) -> None:
             f"{seconds(c['iteration_s'])}: {c['output_tokens_per_s']:,.1f} output tokens/s, "
             f"latency {seconds(c['latency_s'])}"
         )
+    if r.speculative:
+        sp = r.speculative
+        by = f" with {escape(sp['draft_model'])}" if sp["draft_model"] else ""
+        console.print(
+            f"speculative decoding ({sp['method']}{by}, {sp['num_speculative_tokens']} guesses, "
+            f"{sp['acceptance_rate']:.0%} accepted): {sp['tokens_per_step']:.2f} tokens a step of "
+            f"{seconds(sp['step_s'])}, time per output token {seconds(sp['tpot_s'])} "
+            f"({sp['speedup']:.2f}x)"
+        )
     for note in r.notes:
         console.print(f"[cyan]{escape(note)}[/]")
     if r.unsupported_ops:
