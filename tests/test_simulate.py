@@ -222,7 +222,7 @@ def test_command_line_json_names_and_refusals(capsys):
     for key in ("request_throughput", "output_throughput", "input_throughput", "goodput"):
         assert doc[key] > 0
     for argv, message in (
-        (["--request-rate", "5", "--batch", "4"], "--batch sizes one static batch"),
+        (["--request-rate", "5", "--batch", "4"], "--batch is for one static batch"),
         (["--max-num-seqs", "4"], "--max-num-seqs sets the simulated engine"),
         (["--find-max-rate"], "needs an --slo"),
     ):

@@ -154,8 +154,8 @@ def _simulate(args: Namespace) -> None:
     given = [flag for key, flag in STATIC_ONLY.items() if getattr(args, key)]
     if given:
         raise DlperfError(
-            f"{given[0]} sizes one static batch; a simulation draws its requests from "
-            "--dataset random:in=I,out=O (or a file) instead"
+            f"{given[0]} is for one static batch; a simulation (--request-rate, --num-prompts, "
+            "--dataset) draws its requests from --dataset random:in=I,out=O or a file"
         )
     if args.cuda_graphs and args.enforce_eager:
         raise DlperfError("give --cuda-graphs or --enforce-eager, not both")
