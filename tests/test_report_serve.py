@@ -49,8 +49,27 @@ def test_cli_report_with_serve_has_the_section(tmp_path):
     # max_batch of the tiny model on 80 GiB is far past 1024: every batch 1..1024 drawn, all fit
     rows = re.findall(r"<tr><td>(\d+)</td>", section)
     assert [int(b) for b in rows] == [2**i for i in range(11)]
-    assert "no: the KV caches" not in section and 'id="limit"' not in section
+    batch_charts = "".join(section.split("<svg")[1:3])  # the third draws the request rate
+    assert "no: the KV caches" not in section and 'id="limit"' not in batch_charts
     assert "turn math-bound" in section  # serve's sentence on decode's bound
+
+
+def test_latency_against_the_request_rate(wide_on_t4):
+    # the simulated engine at 1/8 .. 5/4 of its capacity (all requests sent at once): far
+    # below it a request decodes nearly alone; near it every step carries the decodes of
+    # many requests and the prompts of new ones (chunked prefill admits them at once, so the
+    # decodes wait: TPOT grows most)
+    sweep = wide_on_t4
+    assert [round(p.rate / sweep.capacity, 3) for p in sweep.rates] == [
+        0.125, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25
+    ]  # fmt: skip
+    assert sweep.rates[-1].tpot_p99_s > 5 * sweep.rates[0].tpot_p99_s
+    assert sweep.rates[-1].ttft_p99_s > sweep.rates[0].ttft_p99_s
+    assert all(p.ttft_p50_s <= p.ttft_p99_s for p in sweep.rates)
+    page = serving_section(sweep)
+    chart = page.split("<svg")[3]
+    assert "latency against request rate" in chart
+    assert 'id="series-3"' in chart and 'id="limit"' in chart  # four lines, the capacity
 
 
 def test_latency_never_falls_as_the_batch_grows(wide_on_t4):

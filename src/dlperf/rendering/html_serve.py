@@ -17,7 +17,30 @@ def serving_section(sweep) -> str:
     if sweep.absent:
         return "<h2>Serving</h2>" + _note(f"No serving section: {sweep.absent}")
     charts = _row(_panel(_latency(sweep)), _panel(_throughput(sweep)))
+    if sweep.rates:
+        charts += _row(_panel(_against_rate(sweep)))
     return "<h2>Serving</h2>" + _note(_setup(sweep)) + charts + _table_of(sweep) + _bound(sweep)
+
+
+def _against_rate(sweep) -> str:
+    """TTFT and TPOT (median and P99) of the simulated engine against the request rate."""
+    p = sweep.rates
+    series = {
+        "time to first token, median": [1e3 * x.ttft_p50_s for x in p],
+        "time to first token, P99": [1e3 * x.ttft_p99_s for x in p],
+        "time per output token, median": [1e3 * x.tpot_p50_s for x in p],
+        "time per output token, P99": [1e3 * x.tpot_p99_s for x in p],
+    }
+    capacity = (sweep.capacity, f"capacity: {sweep.capacity:,.3g} requests/s (all sent at once)")
+    return lines_svg(
+        "latency against request rate (simulated, continuous batching)",
+        [x.rate for x in p],
+        series,
+        "requests/s (Poisson arrivals)",
+        "ms",
+        capacity,
+        log_y=True,
+    )
 
 
 def _note(text: str) -> str:

@@ -164,7 +164,10 @@ class Simulator:
         sample = workload(dataset, num_prompts, math.inf, seed)
         longest = int((sample.input_len + sample.output_len).max())
         timeline = self.d.timeline(int(sample.input_len.max()), int(sample.output_len.max()))
-        prefill, _ = timeline.prefill_tokens(self.d.max_num_batched_tokens)
+        # one sequence traced stands for a step's tokens: no longer than the model's positions
+        positions = self.d.run.model.max_positions or self.d.max_num_batched_tokens
+        traced = min(self.d.max_num_batched_tokens, positions)
+        prefill, _ = timeline.prefill_tokens(traced)
         fixed, per_token = self.d.memory(prefill)
         free = self.d.budget_bytes - fixed.total_bytes
         self.memory = {**fixed.to_dict(), "budget_bytes": self.d.budget_bytes}
@@ -174,7 +177,8 @@ class Simulator:
             self.max_num_seqs, self.d.max_num_batched_tokens, blocks, self.d.block_size,
             chunked_prefill, prefix_cache_hit_rate,
         )  # fmt: skip
-        self.costs = StepCosts(timeline, self.max_num_seqs, self.d.max_num_batched_tokens, longest)
+        # the last decode step reads prompt + output - 2 cached tokens
+        self.costs = StepCosts(timeline, self.max_num_seqs, traced, longest - 2)
 
     def run(self, request_rate: float, slo: Slo | None = None) -> SimulationReport:
         work = workload(self.dataset, self.num_prompts, request_rate, self.seed)

@@ -46,12 +46,15 @@ def _attention_s(step: Step) -> float:
 class StepCosts:
     """Step times of one deployment (module docstring), traced on first use."""
 
-    def __init__(self, timeline: Timeline, max_seqs: int, max_tokens: int, max_len: int):
+    def __init__(self, timeline: Timeline, max_seqs: int, max_tokens: int, max_cached: int):
+        """Decode steps up to `max_seqs` sequences and `max_cached` cached
+        tokens; prefill traced up to `max_tokens` in one sequence (beyond, the
+        last segment's slope carries on)."""
         self.timeline = timeline
         self.batches = _powers(max_seqs)
         self.tokens = _powers(max_tokens)
         # two cache lengths to interpolate between (at least one token apart)
-        self.short, self.long = 1, max(2, max_len)
+        self.short, self.long = 1, max(2, max_cached)
         self._decode: dict[tuple[int, int], float] = {}
         self._prefill: dict[int, tuple[float, float]] = {}
         self.traced = 0  # steps traced so far

@@ -8,6 +8,12 @@ tokens/s per GPU, with whether the batch fits. Batch 1 also gives the
 largest batch that fits and the batch from which decode's linear layers
 turn math-bound (both independent of the batch: `serve`).
 
+Requests arriving at a rate: the simulator (`serving.simulate`) runs
+RATE_PROMPTS requests of the same lengths all at once (the deployment's
+capacity, in requests/s) and then at RATE_SHARES of that rate, keeping the
+median and P99 of TTFT and TPOT at each (the report draws them against the
+rate).
+
 A model that cannot be served (not a decoder, prompt and output longer than
 its positions ...) gives a sweep whose `absent` says why, unless the caller
 required it: then the one-line `DlperfError` is raised.
@@ -15,6 +21,7 @@ required it: then the one-line `DlperfError` is raised.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..errors import DlperfError
@@ -22,6 +29,8 @@ from ..run import Run, Session
 from .api import serve
 from .quant import SCHEMES
 
+RATE_PROMPTS = 200
+RATE_SHARES = (0.125, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25)
 # The largest batch drawn: 1024 keeps the sweep at 11 `serve` calls (about
 # half a second each for a 7B model, whose trace is reduced to three blocks).
 LARGEST_BATCH = 1024
@@ -40,6 +49,18 @@ class ServingPoint:
     fits: bool
 
 
+@dataclass(frozen=True)
+class RatePoint:
+    """Requests arriving at `rate` per second (a Poisson process) on the engine."""
+
+    rate: float
+    ttft_p50_s: float
+    ttft_p99_s: float
+    tpot_p50_s: float
+    tpot_p99_s: float
+    output_tokens_per_s: float
+
+
 @dataclass
 class ServingSweep:
     model: str
@@ -52,6 +73,8 @@ class ServingSweep:
     max_batch: int = 0  # the largest batch whose KV caches fit (0: none)
     math_bound_from_batch: int | None = None  # decode's linear layers, None: never
     points: list[ServingPoint] = field(default_factory=list)
+    capacity: float = 0.0  # requests/s with all of them sent at once (0: not simulated)
+    rates: list[RatePoint] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     absent: str = ""  # why the model is not served ("" when it is)
 
@@ -125,7 +148,38 @@ def serving_sweep(
     sweep.notes = list(first.notes)
     reports = [first] + [at(b) for b in sweep_batches(first.max_batch, largest)[1:]]
     sweep.points = [_point(r) for r in reports]
+    _rates(sweep, run, session)
     return sweep
+
+
+def _rates(sweep: ServingSweep, run: Run, session: Session) -> None:
+    """The latencies against the request rate (module docstring), or a note
+    saying why there are none."""
+    from .simulate import Simulator
+
+    try:
+        sim = Simulator(
+            run, dataset=f"random:in={sweep.input_len},out={sweep.output_len}",
+            num_prompts=RATE_PROMPTS, precision=sweep.precision, session=session,
+            attention=run.attention, cuda_graphs=True,
+        )  # fmt: skip
+        burst = sim.run(math.inf)
+    except DlperfError as err:
+        sweep.notes.append(f"No request-rate simulation: {err}")
+        return
+    sweep.capacity = burst.request_throughput
+    for share in RATE_SHARES:
+        r = sim.run(share * sweep.capacity)
+        sweep.rates.append(
+            RatePoint(
+                r.request_rate,
+                r.ttft["p50"],
+                r.ttft["p99"],
+                r.tpot["p50"],
+                r.tpot["p99"],
+                r.output_throughput,
+            )  # fmt: skip
+        )
 
 
 def _point(report) -> ServingPoint:
