@@ -387,3 +387,18 @@ def test_a_reader_that_stops_early_is_not_an_error():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == 0
     assert "Traceback" not in err and "error" not in err
+
+
+def test_piped_output_is_whole_and_a_reader_may_stop_early():
+    # issue 21, item 7: piped, a 64-GPU plan's table kept its last columns (throughput,
+    # MFU) only when the console was wider than 140 columns; and `dlperf ... | head`
+    # exited 1 (rich's answer to a closed pipe)
+    argv = [sys.executable, "-m", "dlperf", "plan", "hf:gpt2:layers=2", "--gpu", "a100",
+            "--gpus", "64"]  # fmt: skip
+    whole = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    assert "MFU" in whole
+    reader = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    reader.stdout.readline()
+    reader.stdout.close()  # as `head -1` does
+    assert reader.wait(timeout=120) == 0
+    assert reader.stderr.read() == b""

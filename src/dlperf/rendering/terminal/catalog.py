@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from .format import seconds, si
+from .format import seconds, si, wide_console
 
 
 def _tflops(spec, dtype: str) -> str:
@@ -49,7 +49,7 @@ def _gpu_table(specs, columns: list[str], dropped: bool) -> Table:
 
 def gpus_table(specs, console: Console | None = None) -> None:
     """The catalogue as a table that fits the terminal: columns go, ids stay whole."""
-    console = console or Console(emoji=False)
+    console = console or wide_console()
     columns, drops = list(GPU_COLUMNS), list(GPU_DROP_ORDER)
     table = _gpu_table(specs, columns, dropped=False)
     unbounded = console.options.update_width(10_000)  # measure the table's natural width
@@ -64,7 +64,7 @@ def gpus_document(specs) -> dict:
 
 
 def gemm_report(r, console: Console | None = None) -> None:
-    console = console or Console(emoji=False)
+    console = console or wide_console()
     batch = f" x {r.batch}" if r.batch > 1 else ""
     console.print(f"[bold]GEMM {r.m} x {r.n} x {r.k}{batch}[/] ({r.dtype}) on [bold]{r.gpu}[/]")
     table = Table(show_header=False, box=None, pad_edge=False)

@@ -37,9 +37,22 @@ def shapes_text(shapes, limit: int = 3) -> str:
     return ", ".join(parts) + (", ..." if len(shapes) > limit else "")
 
 
+# Piped output is never cut: tables take their natural width, lines their length.
+PIPED_WIDTH = 1000
+
+
+class PipeConsole(Console):
+    """A console whose reader may stop early (`dlperf ... | head`): rich's own
+    answer is to exit with status 1; this raises BrokenPipeError instead, which
+    the command ends on quietly with status 0 (`cli.main`)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
 def wide_console() -> Console:
-    """A console at least 140 columns wide when the output is not a terminal."""
-    console = Console(emoji=False)
+    """The terminal's width on a terminal; PIPED_WIDTH when piped."""
+    console = PipeConsole(emoji=False)
     if not console.is_terminal:
-        console = Console(width=140, emoji=False)
+        console = PipeConsole(width=PIPED_WIDTH, emoji=False)
     return console
