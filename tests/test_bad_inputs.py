@@ -142,7 +142,26 @@ CASES = {
     "sweep-onto-file": ["sweep", "gemm-tiles", "--out", "{tmp}/afile"],
     "calibrate-missing-folder": ["calibrate", "--out", "{tmp}/nowhere/cpu.toml"],
     "calibrate-into-folder": ["calibrate", "--out", "{tmp}"],
+    # serving, and its simulated benchmarks
+    "serve-bf16-on-t4": ["serve", GPT, "--gpu", "t4", "--precision", "bf16"],
+    "serve-memory-share": ["serve", GPT, "--gpu-memory-utilization", "1.5"],
+    "serve-rate-zero": ["serve", GPT, "--request-rate", "0"],
+    "serve-dataset-typo": ["serve", GPT, "--dataset", "random:in=10,ot=5"],
+    "serve-dataset-sharegpt": ["serve", GPT, "--dataset", "sharegpt"],
+    "serve-dataset-missing": ["serve", GPT, "--dataset", "{tmp}/missing.jsonl"],
+    "serve-slo-unit": ["serve", GPT, "--request-rate", "1", "--slo", "ttft=5min"],
+    "serve-max-rate-no-slo": ["serve", GPT, "--find-max-rate"],
+    "serve-batch-in-simulation": ["serve", GPT, "--request-rate", "1", "--batch", "4"],
+    "serve-engine-flag-static": ["serve", GPT, "--max-num-seqs", "8"],
+    "serve-speculative-json": ["serve", GPT, "--speculative-config", "{k: 4}"],
+    "serve-request-too-long": ["serve", GPT, "--dataset", "random:in=60,out=10"],
 }
+
+
+def test_hints_name_what_the_verb_takes(capsys):
+    # issue 21, item 6: serve suggested --precision amp-fp16 (or auto), which serve refuses
+    code, _, err = run(capsys, ["serve", GPT, "--gpu", "t4", "--precision", "bf16"])
+    assert code == 2 and "use --precision fp16" in err and "amp" not in err
 
 
 @pytest.mark.parametrize("argv", list(CASES.values()), ids=list(CASES))

@@ -122,7 +122,11 @@ def scheme_for(name: str, spec: HardwareSpec, group: int | None = None) -> Schem
         raise DlperfError(f"{spec.id} has no {scheme.needs} Tensor Core math; use --precision fp16")
     if scheme.base == "bf16" and not spec.has_dtype("bf16") and key == "fp8":
         scheme = dataclasses.replace(scheme, base="fp16")
-    resolve_for(spec, scheme.base)  # a base the GPU cannot run is refused there
+    if not spec.has_dtype(scheme.base):  # a serving precision names a serving fallback
+        other = next((d for d in ("bf16", "fp16") if spec.has_dtype(d)), None)
+        hint = f"use --precision {other}" if other else "it serves no 16-bit precision"
+        raise DlperfError(f"{spec.id} has no {scheme.base} math; {hint}")
+    resolve_for(spec, scheme.base)
     return scheme
 
 
