@@ -115,6 +115,16 @@ def test_alignment_verdicts_and_notes():
     assert any("CUDA cores" in note for note in f.notes)
 
 
+def test_a_batch_one_gemm_is_memory_bound():
+    # issue 21, item 3: 1 x 4096 x 4096 in fp16 does 2 x 4096 x 4096 = 33.6 MFLOP over
+    # 2 x (4096 x 4096 + 2 x 4096) = 33.6 MB: 1 FLOP/B, 150x below the A100's ridge; it reads
+    # its weights and nothing else matters (it was labelled math: the padded tiles' math)
+    r = dlperf.gemm(1, 4096, 4096, dtype="fp16", gpu="a100")
+    assert round(r.arithmetic_intensity, 2) == 1.0
+    assert r.bound == "memory"
+    assert r.bound == limiter(r.math_time_s, r.memory_time_s, r.latency_s)
+
+
 def test_tiny_gemm_is_latency_bound():
     r = dlperf.gemm(8, 8, 8, dtype="fp16", gpu="a100")
     assert r.bound == "latency"

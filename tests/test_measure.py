@@ -14,6 +14,7 @@ import dlperf
 from dlperf.cli import main
 from dlperf.errors import DlperfError
 from dlperf.hardware import cpu, load_spec_file
+from dlperf.hardware.spec import spec_from_dict
 from dlperf.measurement.calibrate import fit_saturation, to_toml
 from tests.fake_cpu import fake_cpu_doc
 
@@ -126,3 +127,31 @@ def test_measure_json_keeps_stdout_and_stderr_clean(cached_cpu):
     assert done.stderr == ""
     doc = json.loads(done.stdout)  # one JSON document and nothing else
     assert doc["device"] == "cpu" and doc["measured_time_s"] > 0
+
+
+def test_measure_takes_the_cpu_spec_file_calibrate_writes(cached_cpu, tmp_path):
+    # issue 21, item 1: measure's --help offers --gpu, but it refused calibrate's own file
+    spec_file = tmp_path / "my-cpu.toml"
+    spec_file.write_text(to_toml(fake_cpu_doc(3e10, kernel_latency_s=2e-6)))
+    x = torch.randn(2, 3, 16, 16)
+    report = dlperf.measure(small_cnn(), x, device="cpu", gpu=str(spec_file), steps=1)
+    assert report.measured_time_s > 0
+    gpu_file = ROOT / "src/dlperf/hardware/specs/t4.toml"  # a GPU's spec: not this machine
+    with pytest.raises(DlperfError, match="dlperf analyze --gpu"):
+        dlperf.measure(small_cnn(), x, device="cpu", gpu=str(gpu_file), steps=1)
+
+
+def test_auto_precision_on_a_cpu_is_fp32_in_every_verb(cached_cpu):
+    # issue 21, item 2: auto picked amp-bf16 on a CPU whose probe listed bf16 math, where a
+    # step ran 531 ms against 321 ms in fp32, and measure defaulted to fp32: two runs
+    from dlperf.precision import resolve_for
+
+    doc = fake_cpu_doc(2e10)
+    doc["math"]["bf16"] = {"peak_flops_per_s": 2e11, "macs_per_clock_per_sm": 50.0,
+                           "tensor_cores": False}  # fmt: skip
+    assert resolve_for(spec_from_dict(doc), "auto").name == "fp32"  # bf16 listed, and faster
+    assert resolve_for(dlperf.gpu("cpu"), "auto").name == "fp32"
+    x = torch.randn(2, 3, 16, 16)
+    measured = dlperf.measure(small_cnn(), x, device="cpu", steps=1)
+    predicted = dlperf.analyze(small_cnn(), x, gpu="cpu")
+    assert measured.precision == predicted.precision == "fp32"

@@ -204,7 +204,7 @@ def measure(
     model,
     inputs=None,
     device: str = "cpu",
-    precision: str = "fp32",
+    precision: str = "auto",
     training: bool = True,
     batch: int | None = None,
     seq_len: int | None = None,
@@ -213,23 +213,21 @@ def measure(
 ):
     """Run the model for real on `device` and compare each op with its prediction.
 
-    The prediction uses the device's own spec (the CPU is probed once). The
-    model and inputs given are not changed: a copy runs. `gpu` is refused
-    unless it names the device at hand: nothing runs on a GPU that is not here.
+    The prediction uses the device's own spec (the CPU is probed once), or on
+    the CPU a spec file of it that `dlperf calibrate` wrote (`gpu`). The model
+    and inputs given are not changed: a copy runs. `gpu` is refused unless it
+    describes the device at hand: nothing runs on a GPU that is not here.
+    `precision` "auto" resolves as `analyze` resolves it (fp32 on a CPU).
     """
     from .measurement.run import measure_model
 
     if device not in ("cpu", "cuda"):
         raise DlperfError(f"unknown device {device!r}; use cpu or cuda")
-    if gpu is not None and not (device == "cpu" and str(gpu).lower() in ("cpu", "local")):
-        raise DlperfError(
-            f"measure runs on this machine's device, not on --gpu {gpu}: drop --gpu and "
-            "choose --device cpu or cuda (to predict another GPU, use dlperf analyze --gpu)"
-        )
+    cpu_spec = _measured_cpu(gpu, device)
     loaded = resolve_model(model, inputs, batch, seq_len)
     name, module, inputs = loaded.name, loaded.module, loaded.inputs
     if device == "cpu":
-        spec = get_gpu("cpu")
+        spec = cpu_spec
     else:
         import torch
 
@@ -252,6 +250,24 @@ def measure(
     if loaded.build_real and any(p.is_meta for p in module.parameters()):
         runnable = loaded.build_real()
     return measure_model(name, runnable, inputs, predicted, device, policy, training, steps)
+
+
+def _measured_cpu(gpu, device: str):
+    """The spec `measure` predicts the CPU with: the probe's, or a CPU spec file
+    (`dlperf calibrate --out`); anything else is refused (None off the CPU)."""
+    if gpu is None or (device == "cpu" and str(gpu).lower() in ("cpu", "local")):
+        return get_gpu("cpu") if device == "cpu" else None
+    refusal = (
+        f"measure runs on this machine's device, not on --gpu {gpu}: drop --gpu, or give "
+        "the CPU spec file dlperf calibrate wrote (to predict another GPU, use dlperf "
+        "analyze --gpu)"
+    )
+    if device != "cpu" or isinstance(gpu, str) and not gpu.endswith((".toml", ".json")):
+        raise DlperfError(refusal)
+    spec = get_gpu(gpu)
+    if spec.kind != "cpu":
+        raise DlperfError(refusal)
+    return spec
 
 
 def report(analysis, path, memory=None, advice=None, measurement=None, serving=None) -> str:

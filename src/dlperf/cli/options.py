@@ -130,7 +130,7 @@ MODEL_OPTIONS = (
         api="precision",
         default=AUTO,
         choices=[*POLICIES, AUTO],
-        help="auto: amp-bf16 where the GPU has bf16 math, else amp-fp16, else fp32",
+        help="auto: amp-bf16 where the GPU has bf16 math, else amp-fp16, else fp32; fp32 on a CPU",
     ),
     option(
         "--train",

@@ -111,7 +111,7 @@ VERBS = (
             device("where it runs"),
             option("--steps", type=positive_int, default=3, help="profiled steps"),
         ),
-        defaults={"precision": "fp32", "gpu": None},  # it runs on --device
+        defaults={"gpu": None},  # it runs on --device; --precision auto as the others
     ),
     Verb(
         "calibrate",
