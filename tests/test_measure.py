@@ -155,3 +155,34 @@ def test_auto_precision_on_a_cpu_is_fp32_in_every_verb(cached_cpu):
     measured = dlperf.measure(small_cnn(), x, device="cpu", steps=1)
     predicted = dlperf.analyze(small_cnn(), x, gpu="cpu")
     assert measured.precision == predicted.precision == "fp32"
+
+
+def test_a_probe_taken_under_load_is_taken_again(monkeypatch, tmp_path, capsys):
+    # issue 21, item 1: a probe cached while the machine was busy was trusted forever
+    monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu, "_RECHECKED", set())
+    busy = fake_cpu_doc(2e10)
+    busy["probe"] = {"taken_at": 0.0, "load_per_core": 1.9, "quick_flops_per_s": 1e9}
+    path = cpu.cache_dir() / f"cpu-{cpu._machine_key()}.json"
+    path.write_text(json.dumps(busy))
+    idle = fake_cpu_doc(4e10)
+    idle["probe"] = {"taken_at": 1.0, "load_per_core": 0.1, "quick_flops_per_s": 2e9}
+    monkeypatch.setattr(cpu, "probe_cpu", lambda: idle)
+    monkeypatch.setattr(cpu, "_quick_rate", lambda: 2e9)  # twice the rate cached: 2 > 1.3
+    spec = cpu.cpu_spec()
+    assert spec.memory_bandwidth_bytes_per_s == 4e10  # the new probe's
+    assert "faster than when it was probed" in capsys.readouterr().err
+    assert json.loads(path.read_text())["probe"]["quick_flops_per_s"] == 2e9
+    # checked once a process: the next use trusts the new cache without measuring
+    monkeypatch.setattr(cpu, "_quick_rate", lambda: pytest.fail("measured twice"))
+    assert cpu.cpu_spec().memory_bandwidth_bytes_per_s == 4e10
+
+
+def test_a_machine_busy_now_keeps_its_probe_and_is_told(monkeypatch, capsys):
+    slow_now = fake_cpu_doc(2e10)
+    slow_now["probe"] = {"taken_at": 0.0, "load_per_core": 0.0, "quick_flops_per_s": 2e9}
+    monkeypatch.setattr(cpu, "_quick_rate", lambda: 1e9)  # half the rate: busy now
+    assert cpu._recheck(slow_now)
+    assert "busy now" in capsys.readouterr().err
+    monkeypatch.setattr(cpu, "_quick_rate", lambda: pytest.fail("a hand-written cache is trusted"))
+    assert cpu._recheck(fake_cpu_doc(2e10))

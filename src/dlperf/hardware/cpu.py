@@ -7,6 +7,14 @@ the spec's rate efficiencies are therefore 1. It keeps to a time budget
 (PROBE_BUDGET_S, seconds) and says what it measures on stderr. The result is
 cached as JSON in the user's cache directory (DLPERF_CACHE_DIR overrides it),
 keyed by the machine and torch.
+
+A probe taken while the machine was busy would be trusted forever, so the
+cache also keeps when it was taken, the load then, and one small matmul's
+rate (`QUICK_SIZE`). Each use measures that matmul again (about a tenth of
+a second): a machine now faster by more than `QUICK_TOLERANCE` means the
+probe ran under load, and it is taken again (said on stderr); a machine now
+slower is busy now, and the user is told that predictions are for it idle.
+A cache without these figures (written by hand, or by a test) is trusted.
 """
 
 from __future__ import annotations
@@ -16,12 +24,16 @@ import math
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 
 from ..errors import DlperfError
 from .spec import HardwareSpec, spec_from_dict
 
-PROBE_VERSION = 3
+PROBE_VERSION = 4  # 4: the cache keeps when, under what load, and a quick matmul's rate
+QUICK_SIZE = 256  # the matmul measured on each use
+QUICK_BUDGET_S = 0.1
+QUICK_TOLERANCE = 1.3  # a rate off by more than this factor disagrees
 
 
 def cache_dir() -> Path:
@@ -120,6 +132,8 @@ def probe_cpu(budget_s: float | None = None, progress=None) -> dict:
     budget = PROBE_BUDGET_S if budget_s is None else budget_s
     say = progress or _to_stderr
     threads = torch.get_num_threads()
+    load = _load_per_core()
+    quick = _quick_rate()
     clock_mhz = 1000.0  # nominal: only the product SMs x clock x MACs matters here
     say(f"measuring this CPU once ({threads} threads, about {budget:.0f} s; the result is cached)")
     units = {}
@@ -170,7 +184,46 @@ def probe_cpu(budget_s: float | None = None, progress=None) -> dict:
             "conv_reduction_knee": knee,
             "llc_streaming_speedup": speedup,
         },
+        "probe": {"taken_at": time.time(), "load_per_core": load, "quick_flops_per_s": quick},
     }
+
+
+_RECHECKED: set[str] = set()
+
+
+def _load_per_core() -> float | None:
+    """The 1-minute load average per core (None where the OS does not say)."""
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except (AttributeError, OSError):
+        return None
+
+
+def _quick_rate() -> float:
+    from ..measurement import probe
+
+    return probe.matmul_flops_per_s("fp32", size=QUICK_SIZE, budget_s=QUICK_BUDGET_S)
+
+
+def _recheck(doc: dict) -> bool:
+    """Whether a cached probe still holds (the module docstring); says why not."""
+    taken = doc.get("probe")
+    if not isinstance(taken, dict) or not taken.get("quick_flops_per_s"):
+        return True
+    now, then = _quick_rate(), float(taken["quick_flops_per_s"])
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(taken.get("taken_at", 0)))
+    if now > QUICK_TOLERANCE * then:
+        _to_stderr(
+            f"dlperf: this CPU runs a small matmul {now / then:.1f}x faster than when it was "
+            f"probed ({when}, busy then?): probing it again"
+        )
+        return False
+    if then > QUICK_TOLERANCE * now:
+        _to_stderr(
+            f"dlperf: this CPU runs {then / now:.1f}x slower than when it was probed ({when}): "
+            "it is busy now; predictions are for it idle, measurements now will be slower"
+        )
+    return True
 
 
 def cpu_spec(refresh: bool = False) -> HardwareSpec:
@@ -182,6 +235,9 @@ def cpu_spec(refresh: bool = False) -> HardwareSpec:
             doc = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             doc = None  # a damaged cache is measured again
+        if isinstance(doc, dict) and str(path) not in _RECHECKED and not _recheck(doc):
+            doc = None
+        _RECHECKED.add(str(path))  # once a process
     if doc is None:
         doc = probe_cpu()
         try:
@@ -190,4 +246,4 @@ def cpu_spec(refresh: bool = False) -> HardwareSpec:
         except OSError as err:
             raise DlperfError(f"cannot write the CPU probe cache {path}: {err}") from None
         _to_stderr(f"  cached in {path} (delete it to measure again, on an idle machine)")
-    return spec_from_dict(doc, where=str(path))
+    return spec_from_dict({k: v for k, v in doc.items() if k != "probe"}, where=str(path))

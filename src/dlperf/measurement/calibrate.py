@@ -62,6 +62,7 @@ def calibrate_device(device: str = "cpu") -> dict:
     from ..hardware.cpu import probe_cpu
 
     doc = probe_cpu() if device == "cpu" else _probe_cuda()
+    doc.pop("probe", None)  # the cache's own record; a spec file is the device's facts
     eff = doc.setdefault("efficiency", {})
     points = elementwise_sweep(device)
     eff["saturation_bytes_per_sm"] = fit_saturation(
