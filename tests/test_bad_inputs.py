@@ -55,6 +55,9 @@ def write_files(folder: Path) -> None:
         "string_ts.json": json.dumps(
             {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": "soon", "dur": 1}]}
         ),
+        "no_dur.json": json.dumps(
+            {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1.0}]}
+        ),
         "bad_interconnect.json": json.dumps({"bandwidth_bytes_per_s": -1}),
         "afile": "not a folder\n",
     }
@@ -116,6 +119,7 @@ CASES = {
     "trace-not-json": ["trace", "{tmp}/not_json.json"],
     "trace-no-events": ["trace", "{tmp}/no_events.json"],
     "trace-string-ts": ["trace", "{tmp}/string_ts.json", "--gpu", "a100"],
+    "trace-no-dur": ["trace", "{tmp}/no_dur.json", "--gpu", "a100"],
     # model files
     "file-missing": ["analyze", "{tmp}/missing.py:model"],
     "file-syntax": ["analyze", "{tmp}/syntax_error.py:model"],
@@ -142,6 +146,22 @@ CASES = {
     "sweep-onto-file": ["sweep", "gemm-tiles", "--out", "{tmp}/afile"],
     "calibrate-missing-folder": ["calibrate", "--out", "{tmp}/nowhere/cpu.toml"],
     "calibrate-into-folder": ["calibrate", "--out", "{tmp}"],
+    # options that would change nothing (issue 21, item 4): refused, never dropped
+    "memory-infer": ["memory", f"{CNN}:model", "--infer"],
+    "plan-infer": ["plan", f"{CNN}:model", "--infer"],
+    "plan-nodes-and-gpus": ["plan", f"{CNN}:model", "--nodes", "2", "--gpus", "64"],
+    "plan-partial-node": ["plan", f"{CNN}:model", "--gpus", "8", "--gpus-per-node", "3"],
+    "seq-len-on-images": ["analyze", f"{CNN}:model", "--seq-len", "128"],
+    "checkpoint-inference": ["analyze", f"{CNN}:model", "--infer", "--checkpoint", "full"],
+    "cuda-graphs-on-cpu": ["analyze", f"{CNN}:model", "--gpu", "cpu", "--cuda-graphs"],
+    "checkpoint-every-past-blocks": ["memory", GPT, "--checkpoint", "every:100"],
+    "serve-past-rotary-window": [
+        "serve",
+        "hf:llama:layers=2,hidden=64,heads=4,positions=64",
+        "--input-len",
+        "100",
+    ],  # fmt: skip
+    "serve-tp-uneven-heads": ["serve", GPT, "--tp", "3"],
     # serving, and its simulated benchmarks
     "serve-bf16-on-t4": ["serve", GPT, "--gpu", "t4", "--precision", "bf16"],
     "serve-memory-share": ["serve", GPT, "--gpu-memory-utilization", "1.5"],

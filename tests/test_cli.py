@@ -115,7 +115,7 @@ def test_help_shows_defaults(capsys, monkeypatch):
     for argv, shown in [
         (["analyze", "--help"], ["(default: a100)", "(default: auto)", "(default: adamw)"]),
         (["plan", "--help"], ["(default: 4 x GPUs x micro-batch)", "(default: 8)"]),
-        (["measure", "--help"], ["(default: fp32)", "(default: cpu)"]),
+        (["measure", "--help"], ["(default: auto)", "(default: cpu)"]),
     ]:
         with pytest.raises(SystemExit):
             main(argv)

@@ -109,6 +109,8 @@ def resolve(
     """
     if isinstance(model, Run):
         return model
+    if cuda_graphs and (str(gpu).lower() in ("cpu", "local") or getattr(gpu, "kind", "") == "cpu"):
+        raise DlperfError("--cuda-graphs replays a GPU's kernels; a CPU runs none: drop it")
     spec = get_gpu(gpu)
     policy = resolve_for(spec, precision, training)
     get_optimizer(optimizer)
@@ -118,10 +120,40 @@ def resolve(
     from .training_memory import parse_checkpoint
 
     parse_checkpoint(checkpoint)  # a bad policy is refused before any tracing
+    _refuse_ineffective(spec, training, checkpoint, cuda_graphs)
     loaded = resolve_model(model, inputs, batch, seq_len, attention)
+    _refuse_idle_checkpoint(loaded, checkpoint)
     return Run(
         loaded, spec, policy, training, optimizer, attention, checkpoint, compile, cuda_graphs
     )
+
+
+# -- options that would change nothing are refused, never dropped ---------------
+
+
+def _refuse_ineffective(spec: HardwareSpec, training: bool, checkpoint: str, cuda_graphs: bool):
+    if checkpoint != "none" and not training:
+        raise DlperfError(
+            f"--checkpoint {checkpoint} recomputes activations in backward, and an inference "
+            "pass (--infer) has none: drop it"
+        )
+    if cuda_graphs and spec.kind == "cpu":  # a CPU spec file
+        raise DlperfError("--cuda-graphs replays a GPU's kernels; a CPU runs none: drop it")
+
+
+def _refuse_idle_checkpoint(loaded: LoadedModel, checkpoint: str) -> None:
+    """`every:K` checkpoints every K-th repeated block: K past the count does nothing."""
+    if not checkpoint.startswith("every:"):
+        return
+    from .tracing import repeated_blocks
+
+    k = int(checkpoint.split(":", 1)[1])
+    blocks = len(repeated_blocks(loaded.module))
+    if k > blocks:
+        raise DlperfError(
+            f"--checkpoint {checkpoint} checkpoints every {k}th block, and {loaded.name} has "
+            f"{blocks}: it would checkpoint none; give every:K with K <= {blocks}"
+        )
 
 
 # -- the model and its inputs --------------------------------------------------
@@ -157,7 +189,12 @@ def resolve_model(model, inputs=None, batch=None, seq_len=None, attention="auto"
         if loaded.family == "user" and inputs is not None and (batch or seq_len):
             from .training_memory import resize_inputs
 
-            inputs = resize_inputs(inputs, batch=batch, seq_len=seq_len)
+            resized = resize_inputs(inputs, batch=batch, seq_len=seq_len)
+            if seq_len and _shapes_of(resize_inputs(inputs, seq_len=seq_len)) == _shapes_of(inputs):
+                raise _no_sequence(loaded)
+            inputs = resized
+        elif seq_len and not tokens:
+            raise _no_sequence(loaded)
     if tokens and isinstance(inputs, torch.Tensor):
         if inputs.is_floating_point():
             raise DlperfError(
@@ -171,6 +208,23 @@ def resolve_model(model, inputs=None, batch=None, seq_len=None, attention="auto"
             "input's shape; meta is fine)"
         )
     return dataclasses.replace(loaded, inputs=inputs)
+
+
+def _no_sequence(loaded: LoadedModel) -> DlperfError:
+    return DlperfError(
+        f"--seq-len sizes a sequence, and {loaded.name}'s inputs have none it could set; "
+        "drop it (or give the shape with --input)"
+    )
+
+
+def _shapes_of(inputs) -> list:
+    if isinstance(inputs, torch.Tensor):
+        return [tuple(inputs.shape)]
+    if isinstance(inputs, dict):
+        return [_shapes_of(v) for v in inputs.values()]
+    if isinstance(inputs, (list, tuple)):
+        return [_shapes_of(v) for v in inputs]
+    return [inputs]
 
 
 def _loaded(model, batch, seq_len, attention="auto") -> LoadedModel:

@@ -40,9 +40,18 @@ def cmd_analyze(args: Namespace) -> None:
     show(result, text.analysis_report, args.json, top=args.top, depth=args.depth)
 
 
+def _training_only(args: Namespace, verb: str, what: str) -> None:
+    if getattr(args, "train", True) is False:
+        raise DlperfError(
+            f"--infer: dlperf {verb} sizes {what}; for inference use dlperf analyze --infer "
+            "(time) or dlperf serve (a decoder's KV cache and batch)"
+        )
+
+
 def cmd_memory(args: Namespace) -> None:
     from ..api import memory
 
+    _training_only(args, "memory", "a training step (gradients, optimizer, saved activations)")
     with Spinner(f"tracing {args.model}", quiet=args.json):
         report = memory(
             **model_options(args, omit=("training",)),  # a training step by definition
@@ -52,15 +61,34 @@ def cmd_memory(args: Namespace) -> None:
     show(report, text.memory_report, args.json)
 
 
+def _plan_gpus(args: Namespace) -> int:
+    """--gpus, or --nodes x --gpus-per-node; refused where they disagree."""
+    per_node = args.gpus_per_node
+    if args.nodes and args.gpus and args.gpus != args.nodes * per_node:
+        raise DlperfError(
+            f"--nodes {args.nodes} x --gpus-per-node {per_node} is {args.nodes * per_node} "
+            f"GPUs, not --gpus {args.gpus}: give one of --nodes and --gpus"
+        )
+    gpus = args.nodes * per_node if args.nodes else args.gpus or 8
+    if gpus > per_node and gpus % per_node:
+        raise DlperfError(
+            f"{gpus} GPUs do not fill nodes of {per_node} (--gpus-per-node): give a multiple "
+            f"of {per_node}, or the GPUs per node the machines have"
+        )
+    return gpus
+
+
 def cmd_plan(args: Namespace) -> None:
     from ..api import plan
 
+    _training_only(args, "plan", "the parallel layouts of a training step")
+    gpus = _plan_gpus(args)
     network = args.node_network_gbps * 1e9 / 8 if args.node_network_gbps is not None else None
     measured = read_interconnect(args.interconnect) if args.interconnect else None
     with Spinner(f"tracing {args.model}", quiet=args.json):
         report = plan(
             **model_options(args, omit=("training", "batch")),
-            gpus=args.nodes * args.gpus_per_node if args.nodes else args.gpus,
+            gpus=gpus,
             gpus_per_node=args.gpus_per_node,
             global_batch=args.global_batch,
             micro_batch=args.micro_batch or args.batch,  # plan traces one micro-batch

@@ -255,7 +255,7 @@ MEMORY = (
 )
 
 PLAN = (
-    option("--gpus", type=positive_int, default=8, help="GPUs in all"),
+    option("--gpus", type=positive_int, help="GPUs in all (default: 8)"),
     option("--gpus-per-node", type=positive_int, default=8, help="GPUs per node"),
     option("--nodes", type=positive_int, help="nodes (sets --gpus with --gpus-per-node)"),
     option(

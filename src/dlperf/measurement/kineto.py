@@ -135,6 +135,8 @@ def _checked(e: dict, index: int, path: Path) -> dict:
     if not isinstance(out["args"], dict):
         raise bad("args", "it must be an object")
     for key in ("ts", "dur"):
+        if key not in e:  # a timed event without its time would count as 0 us, silently
+            raise bad(key, "it is missing", "(none)")
         value = e.get(key, 0)
         # bool is an int subclass, and a count of microseconds is never a truth value
         if isinstance(value, bool) or not isinstance(value, (int, float)):

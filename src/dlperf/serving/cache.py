@@ -136,11 +136,22 @@ def _takes(module, name: str) -> bool:
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
+def context_window(loaded: LoadedModel) -> int | None:
+    """The most tokens a sequence may hold when served: the position table's
+    rows, else the config's `max_position_embeddings` (a rotary model computes
+    further, but engines serve up to it: vLLM's max_model_len)."""
+    if loaded.max_positions:
+        return loaded.max_positions
+    config = getattr(loaded.module, "config", None)
+    size = getattr(config, "max_position_embeddings", None)
+    return size if isinstance(size, int) and size > 0 else None
+
+
 def step_inputs(loaded: LoadedModel, batch: int, new_tokens: int, cached: int) -> dict:
     """The keyword inputs of one serving step: `new_tokens` ids per sequence of
     a batch of `batch`, with `cached` tokens in a fresh cache. Only the last
     position's logits are computed where the model allows it, as engines do."""
-    limit = loaded.max_positions
+    limit = context_window(loaded)
     if limit and cached + new_tokens > limit:
         name = loaded.name.removeprefix("hf:")
         spec = f"{name}{',' if ':' in name else ':'}positions={cached + new_tokens}"

@@ -120,10 +120,17 @@ def deploy(
     scheme = scheme_for(precision, spec, quant_group)
     kv_dtype = kv_dtype_for(kv_cache_dtype, scheme)
     run = resolve(
-        model, gpu=spec, precision=scheme.base, training=False, batch=1, seq_len=1,
+        model, gpu=spec, precision=scheme.base, training=False, batch=1,
         attention=attention,
     )  # fmt: skip
     check_decoder(run.model)
+    heads = getattr(getattr(run.module, "config", None), "num_attention_heads", None)
+    if isinstance(heads, int) and heads % tp:
+        splits = ", ".join(str(t) for t in range(2, min(heads, 64) + 1) if heads % t == 0)
+        raise DlperfError(
+            f"--tp {tp} does not divide {run.name}'s {heads} attention heads; engines split "
+            f"heads evenly: use --tp {splits[:40]}"
+        )
     blocks = repeated_blocks(run.module)
     if pp > max(1, len(blocks)):
         raise DlperfError(f"--pp {pp} is more stages than the model's {len(blocks)} layers")

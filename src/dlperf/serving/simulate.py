@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DlperfError
+from .cache import context_window
 from .deployment import deploy
 from .memory import default_max_num_seqs
 from .scheduler import EngineLimits, Timings, run_engine
@@ -165,7 +166,7 @@ class Simulator:
         longest = int((sample.input_len + sample.output_len).max())
         timeline = self.d.timeline(int(sample.input_len.max()), int(sample.output_len.max()))
         # one sequence traced stands for a step's tokens: no longer than the model's positions
-        positions = self.d.run.model.max_positions or self.d.max_num_batched_tokens
+        positions = context_window(self.d.run.model) or self.d.max_num_batched_tokens
         traced = min(self.d.max_num_batched_tokens, positions)
         prefill, _ = timeline.prefill_tokens(traced)
         fixed, per_token = self.d.memory(prefill)
