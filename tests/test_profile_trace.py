@@ -3,6 +3,7 @@
 import gzip
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -237,3 +238,17 @@ def test_cli_trace_json(capsys):
         "tensor_cores",
     ):
         assert key in doc["rows"][0]
+
+
+EXAMPLE_TRACE = Path(__file__).resolve().parents[1] / "examples/traces/a100_transformer_step.json.gz"
+
+
+def test_the_bundled_example_trace_is_one_real_step():
+    # issue 21: a trace in the repo for the README's example, read without ../shared;
+    # expected figures computed from the file itself (plain_kernel_facts)
+    count, busy_us, _ = plain_kernel_facts(EXAMPLE_TRACE)
+    report = dlperf.trace(EXAMPLE_TRACE)
+    assert report.gpu == "a100-sxm4-40gb" and report.steps == 1
+    assert report.kernels == count > 1000
+    assert report.gpu_busy_s == pytest.approx(busy_us * 1e-6)
+    assert any(r.predicted_time_s for r in report.rows)  # shapes recorded: priced rows
