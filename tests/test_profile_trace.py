@@ -240,7 +240,9 @@ def test_cli_trace_json(capsys):
         assert key in doc["rows"][0]
 
 
-EXAMPLE_TRACE = Path(__file__).resolve().parents[1] / "examples/traces/a100_transformer_step.json.gz"
+EXAMPLE_TRACE = (
+    Path(__file__).resolve().parents[1] / "examples/traces" / "a100_transformer_step.json.gz"
+)
 
 
 def test_the_bundled_example_trace_is_one_real_step():
