@@ -1,5 +1,7 @@
 """dlperf.analyze: tracing on fake tensors, the op registry, GEMM mappings."""
 
+import json
+
 import pytest
 import torch
 from torch import nn
@@ -285,3 +287,19 @@ def test_bad_inputs():
         dlperf.analyze(nn.Linear(2, 2), torch.empty(1, 2), precision="fp12")
     with pytest.raises(DlperfError, match="tracing failed"):
         dlperf.analyze(nn.Linear(2, 2), torch.empty(1, 3, device="meta"))
+
+
+def test_a_step_that_does_not_fit_says_so_beside_its_time(capsys):
+    # issue 21, item 5: Llama-7B training on one A100 reported tokens/s and MFU with no word
+    # that the step needs far more than 80 GiB. GPT-2 XL's sizes on a T4: 48 x 12 x 1600^2
+    # + 50257 x 1600 = 1.55 B parameters; amp-fp16 with AdamW keeps fp32 weights, gradients
+    # and two moments, 16 B each: 24.8 GB before any activation, past the T4's 16 GB
+    from dlperf.cli import main
+
+    argv = ["analyze", "hf:gpt2:layers=48,hidden=1600,heads=25", "--gpu", "t4", "--batch", "1",
+            "--seq-len", "64", "--precision", "amp-fp16"]  # fmt: skip
+    assert main(argv) == 0
+    assert "this step does not fit" in capsys.readouterr().out
+    assert main([*argv, "--json"]) == 0
+    memory = json.loads(capsys.readouterr().out)["memory"]
+    assert memory["fits"] is False and memory["peak_bytes"] > memory["gpu_bytes"] > 0

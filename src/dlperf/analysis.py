@@ -134,6 +134,9 @@ class Analysis:
     checkpoint: str = "none"
     host: HostTimeline | None = None
     fusion: FusionSummary | None = None
+    # A training step's memory on the GPU: {"peak_bytes", "gpu_bytes", "fits"}
+    # (`training_memory.step_memory`, the run's own checkpointing); None for inference.
+    memory: dict | None = None
 
     # -- aggregates: sums over the rows ------------------------------------
     @property
@@ -215,6 +218,7 @@ class Analysis:
             "totals": self.totals,
             "step_time_s": self.step_time_s,
             "checkpoint": self.checkpoint,
+            "memory": self.memory,
             "compile": self.fusion.to_dict() if self.fusion else None,
             "host": self.host.to_dict() if self.host else None,
             "throughput": self.throughput,

@@ -156,6 +156,16 @@ def _refuse_idle_checkpoint(loaded: LoadedModel, checkpoint: str) -> None:
         )
 
 
+def _step_memory(recorded: Trace, run: Run) -> dict:
+    """Whether a training step fits its GPU: every verb that prices the step says
+    so beside its time (a step that cannot run has no speed)."""
+    from .training_memory.step import step_memory
+
+    peak = step_memory(recorded, run.spec, run.optimizer, run.checkpoint).peak_bytes
+    gpu = run.spec.memory_bytes
+    return {"peak_bytes": float(peak), "gpu_bytes": float(gpu), "fits": peak <= gpu}
+
+
 # -- the model and its inputs --------------------------------------------------
 
 
@@ -348,7 +358,7 @@ class Session:
         if key not in self._analyses:
             self._held.append(run.spec)
             recorded = self.trace(run, progress)
-            self._analyses[key] = analyze_trace(
+            analysis = analyze_trace(
                 recorded,
                 run.spec,
                 model_name=run.name,
@@ -357,4 +367,7 @@ class Session:
                 compiled=run.compile,
                 cuda_graphs=run.cuda_graphs,
             )
+            if run.training and optimizer:
+                analysis.memory = _step_memory(recorded, run)
+            self._analyses[key] = analysis
         return self._analyses[key]

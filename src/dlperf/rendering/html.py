@@ -120,6 +120,11 @@ def _summary(analysis, memory) -> str:
         )
         verdict = "<b class='ok'>fits</b>" if memory.fits else "<b class='bad'>does not fit</b>"
         rows.append(["peak memory", Raw(text + verdict)])
+    elif analysis.memory is not None:  # the step's own verdict, without the memory section
+        m = analysis.memory
+        text = f"{m['peak_bytes'] / 2**30:.2f} GiB of {m['gpu_bytes'] / 2**30:.0f} GiB: "
+        verdict = "<b class='ok'>fits</b>" if m["fits"] else "<b class='bad'>does not fit</b>"
+        rows.append(["peak memory", Raw(text + verdict)])
     return _table(["", ""], rows, css="summary")
 
 

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ...kinds import LossKind
 from ..modules import module_tree
-from .format import PHASE, seconds, shapes_text, short_op, si, wide_console
+from .format import PHASE, gib, seconds, shapes_text, short_op, si, wide_console
 
 
 def analysis_report(a, top: int = 15, depth: int = 2, console: Console | None = None) -> None:
@@ -42,6 +42,13 @@ def _header(a, console: Console) -> None:
         f"{si(totals['flops'], 'FLOP')}, {si(totals['bytes'], 'B')} moved, "
         f"{totals['kernels']} kernels; MFU {a.mfu:.0%}"
     )
+    memory = a.memory
+    if memory and not memory["fits"]:
+        console.print(
+            f"[red]this step does not fit: it needs {gib(memory['peak_bytes'])} per GPU, the GPU "
+            f"has {gib(memory['gpu_bytes'])}[/] (dlperf memory shows where it goes, dlperf plan "
+            "how to split it); the time above is for a GPU that holds it"
+        )
     for line in run_lines(a):
         console.print(line)
 
