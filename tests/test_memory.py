@@ -194,3 +194,20 @@ def test_checkpointing_what_ifs_are_the_runs_they_name():
     # the peak is the largest of the three phases, and the JSON says which
     assert none.peak_bytes == max(none.phases.values())
     assert none.to_dict()["peak_phase"] == none.peak_phase == max(none.phases, key=none.phases.get)
+
+
+def test_activations_by_module_follow_the_checkpointing():
+    # issue 21, item 5: under --checkpoint full the per-module table showed the activations
+    # saved without checkpointing (3 GiB in the blocks) under a total of 1.2 GiB. Now each
+    # table adds up to its policy's activations: the blocks keep their inputs, and one
+    # segment's activations come back in backward
+    from dlperf.training_memory.checkpointing import RECOMPUTED
+
+    model = "hf:gpt2:layers=4,hidden=128,heads=4"
+    plain = dlperf.memory(model, gpu="a100", batch=4)
+    for policy in ("none", "full", "selective", "every:2"):
+        m = dlperf.memory(model, gpu="a100", batch=4, checkpoint=policy)
+        assert sum(m.by_module.values()) == m.activations_bytes, policy
+    full = dlperf.memory(model, gpu="a100", batch=4, checkpoint="full")
+    assert full.by_module["transformer.h"] < plain.by_module["transformer.h"]
+    assert RECOMPUTED in full.by_module and RECOMPUTED not in plain.by_module

@@ -314,3 +314,38 @@ def checkpoint_plan(
     kept = sum(trace.module_inputs.get(seg[0], 0) for seg in found)
     largest = max(sum(per_block[b] for b in seg) for seg in found)
     return CheckpointPlan(name, int(outside + kept + largest), recompute_s, len(found))
+
+
+RECOMPUTED = "(one segment, recomputed in backward)"
+
+
+def kept_by_module(trace: Trace, policy: str, depth: int = 2) -> dict[str, int]:
+    """The activations `checkpoint_plan` keeps under `policy`, per module path
+    cut at `depth` levels, largest first; they add up to its activations. A
+    checkpointed segment keeps its input (under the segment's first block) and
+    the largest segment's activations come back in backward (RECOMPUTED)."""
+    kind, _ = parse_checkpoint(policy)
+    saved = [(t.module, t.nbytes, t.storage) for t in trace.saved if t.kind == "activation"]
+    found = segments(trace, policy) if trace.training and kind != "selective" else []
+    if kind == "selective":
+        creator, cores = _created_by(trace), attention_cores(trace)
+        dropped = core_saved_bytes(trace)
+        if cores:
+            kept_core = dropped.index(max(dropped))  # backward brings one back at a time
+            gone = {i for j, core in enumerate(cores) if j != kept_core for i in core}
+            saved = [s for s in saved if creator.get(s[2], -1) not in gone]
+    elif found:
+        per_block, _ = _activations_per_block(trace)
+        saved = [s for s in saved if not any(within(s[0], b) for b in trace.blocks)]
+        saved += [(seg[0], trace.module_inputs.get(seg[0], 0), -1) for seg in found]
+        largest = max(sum(per_block[b] for b in seg) for seg in found)
+        saved.append((RECOMPUTED, largest, -1))
+    out: dict[str, int] = {}
+    for module, nbytes, _ in saved:
+        key = (
+            module
+            if module == RECOMPUTED
+            else (".".join(module.split(".")[:depth]) if module else "(model)")
+        )
+        out[key] = out.get(key, 0) + nbytes
+    return dict(sorted(out.items(), key=lambda kv: kv[1], reverse=True))

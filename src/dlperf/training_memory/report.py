@@ -12,8 +12,8 @@ from ..analysis import analyze_trace
 from ..errors import DlperfError
 from ..models.inputs import resize_inputs
 from ..tracing import OpEvent, Trace, within
-from .checkpointing import parse_checkpoint
-from .step import StepMemory, by_module, step_memory
+from .checkpointing import kept_by_module, parse_checkpoint
+from .step import StepMemory, step_memory
 
 CHECKPOINT_WHAT_IFS = ("none", "selective", "full", "sqrt")
 
@@ -137,7 +137,7 @@ def memory_report(run, session, checkpoint: str = "none", accumulate: int = 1, f
         micro_batch=micro,
         params=recorded.params,
         capacity_bytes=capacity,
-        by_module=by_module(recorded),
+        by_module=kept_by_module(recorded, checkpoint),
         policies=policies,
         max_batch=max_batch,
         max_seq_len=max_seq,
