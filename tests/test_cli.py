@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -402,3 +403,49 @@ def test_piped_output_is_whole_and_a_reader_may_stop_early():
     reader.stdout.close()  # as `head -1` does
     assert reader.wait(timeout=120) == 0
     assert reader.stderr.read() == b""
+
+
+def _readme_examples() -> list[tuple[str, list[str]]]:
+    """(command, the output lines the README shows for it) for each `$ dlperf`
+    line in a text block; described output (in parentheses) and `...` are not
+    the tool's words, and a line with `...` inside is checked up to it."""
+    examples, command, parenthetical = [], None, False
+    for line in README.read_text().splitlines():
+        if line.startswith("$ dlperf "):
+            command = line[2:]
+            examples.append((command, []))
+            parenthetical = False
+        elif line.startswith("```"):
+            command = None
+        elif command is not None:
+            parenthetical = parenthetical or line.startswith("(")
+            if not parenthetical and line.strip() not in ("", "..."):
+                examples[-1][1].append(line.split("...")[0].strip())
+            parenthetical = parenthetical and not line.rstrip().endswith(")")
+    return [(c, lines) for c, lines in examples if lines]
+
+
+def test_readme_example_outputs_are_what_the_tool_prints():
+    # issue 21: the README said 23.11 GiB where `dlperf memory hf:gpt2 ...` printed 13.81
+    checked = 0
+    for command, lines in _readme_examples():
+        if not lines or "{" in lines[0]:
+            continue  # a JSON sketch with placeholders
+        argv, _, grep = command.partition(" | grep -E ")
+        done = subprocess.run(
+            [sys.executable, "-m", *shlex.split(argv)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        assert done.returncode == 0, (command, done.stderr)
+        out = done.stdout
+        if grep:
+            pattern = re.compile(shlex.split(grep)[0])
+            out = "\n".join(x for x in out.splitlines() if pattern.search(x))
+        printed = " ".join(out.split())
+        for line in lines:
+            assert " ".join(line.split()) in printed, (command, line)
+        checked += 1
+    assert checked >= 5
