@@ -46,6 +46,7 @@ def write_files(folder: Path) -> None:
         "raises.py": "def model():\n    raise ValueError('width must be even')\n",
         "needs_args.py": "def model(width):\n    return width\n",
         "not_module.py": "def model():\n    return 42\n",
+        "no_params.py": "from torch import nn\ndef model():\n    return nn.ReLU()\n",
         "bad.toml": "id = \n",
         "prose.txt": "a V100, I think, with 32 GB\n",
         "missing_field.json": json.dumps({k: v for k, v in T4_SPEC.items() if k != "sm_count"}),
@@ -128,6 +129,7 @@ CASES = {
     "file-factory-raises": ["analyze", "{tmp}/raises.py:model"],
     "file-factory-arguments": ["analyze", "{tmp}/needs_args.py:model"],
     "file-not-a-module": ["plan", "{tmp}/not_module.py:model"],
+    "train-without-parameters": ["analyze", "{tmp}/no_params.py:model", "--input", "2x8"],
     # plan options
     "network-negative": ["plan", f"{CNN}:model", "--node-network-gbps", "-100"],
     "network-zero": ["plan", f"{CNN}:model", "--node-network-gbps", "0"],
@@ -182,6 +184,13 @@ def test_hints_name_what_the_verb_takes(capsys):
     # issue 21, item 6: serve suggested --precision amp-fp16 (or auto), which serve refuses
     code, _, err = run(capsys, ["serve", GPT, "--gpu", "t4", "--precision", "bf16"])
     assert code == 2 and "use --precision fp16" in err and "amp" not in err
+
+
+def test_a_model_with_nothing_to_train_is_told_so(capsys, tmp_path):
+    # issue 21, item 6: it was blamed on "tracing failed in (loss)"
+    write_files(tmp_path)
+    code, _, err = run(capsys, ["analyze", f"{tmp_path}/no_params.py:model", "--input", "2x8"])
+    assert code == 2 and "no trainable parameters" in err and "--infer" in err
 
 
 @pytest.mark.parametrize("argv", list(CASES.values()), ids=list(CASES))

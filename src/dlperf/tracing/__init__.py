@@ -76,6 +76,11 @@ def trace(
         raise DlperfError(f"unknown attention {attention!r}; choose from: {choices}")
     module_types = {name: type(mod).__name__ for name, mod in model.named_modules()}
     call = fake_call(model, inputs, policy, training)
+    if training and not call.trainable_params:
+        raise DlperfError(
+            f"{type(model).__name__} has no trainable parameters: a training step would have "
+            "nothing to learn (and no gradient to take); use --infer, or unfreeze some"
+        )
     recorder = Recorder(progress, module_types)
     recorder.know_params(call.state)
     hooks = ModuleHooks(model, recorder, training)
