@@ -153,6 +153,7 @@ CASES = {
     "plan-infer": ["plan", f"{CNN}:model", "--infer"],
     "plan-nodes-and-gpus": ["plan", f"{CNN}:model", "--nodes", "2", "--gpus", "64"],
     "plan-partial-node": ["plan", f"{CNN}:model", "--gpus", "8", "--gpus-per-node", "3"],
+    "plan-two-micro-batches": ["plan", f"{CNN}:model", "--micro-batch", "2", "--batch", "4"],
     "seq-len-on-images": ["analyze", f"{CNN}:model", "--seq-len", "128"],
     "checkpoint-inference": ["analyze", f"{CNN}:model", "--infer", "--checkpoint", "full"],
     "cuda-graphs-on-cpu": ["analyze", f"{CNN}:model", "--gpu", "cpu", "--cuda-graphs"],

@@ -83,6 +83,11 @@ def cmd_plan(args: Namespace) -> None:
 
     _training_only(args, "plan", "the parallel layouts of a training step")
     gpus = _plan_gpus(args)
+    if args.micro_batch and args.batch and args.micro_batch != args.batch:
+        raise DlperfError(
+            f"plan traces one micro-batch: give --micro-batch {args.micro_batch} or --batch "
+            f"{args.batch}, not both (the global batch is --global-batch)"
+        )
     network = args.node_network_gbps * 1e9 / 8 if args.node_network_gbps is not None else None
     measured = read_interconnect(args.interconnect) if args.interconnect else None
     with Spinner(f"tracing {args.model}", quiet=args.json):

@@ -202,7 +202,7 @@ def _load_per_core() -> float | None:
 def _quick_rate() -> float:
     from ..measurement import probe
 
-    return probe.matmul_flops_per_s("fp32", size=QUICK_SIZE, budget_s=QUICK_BUDGET_S)
+    return probe.matmul_flops_per_s("fp32", budget_s=QUICK_BUDGET_S, sizes=(QUICK_SIZE,))
 
 
 def _recheck(doc: dict) -> bool:
@@ -237,7 +237,7 @@ def cpu_spec(refresh: bool = False) -> HardwareSpec:
             doc = None  # a damaged cache is measured again
         if isinstance(doc, dict) and str(path) not in _RECHECKED and not _recheck(doc):
             doc = None
-        _RECHECKED.add(str(path))  # once a process
+    _RECHECKED.add(str(path))  # once a process, and never right after a probe
     if doc is None:
         doc = probe_cpu()
         try:

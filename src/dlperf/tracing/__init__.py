@@ -76,7 +76,10 @@ def trace(
         raise DlperfError(f"unknown attention {attention!r}; choose from: {choices}")
     module_types = {name: type(mod).__name__ for name, mod in model.named_modules()}
     call = fake_call(model, inputs, policy, training)
-    if training and not call.trainable_params:
+    inputs_grad = any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (*call.args, *call.kwargs.values())
+    )
+    if training and not call.trainable_params and not inputs_grad:
         raise DlperfError(
             f"{type(model).__name__} has no trainable parameters: a training step would have "
             "nothing to learn (and no gradient to take); use --infer, or unfreeze some"
