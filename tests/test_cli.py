@@ -449,3 +449,16 @@ def test_readme_example_outputs_are_what_the_tool_prints():
             assert " ".join(line.split()) in printed, (command, line)
         checked += 1
     assert checked >= 5
+
+
+def test_json_follows_top_and_depth(capsys):
+    # --top limits plan's JSON plans[] (the design's contract) and --depth sets the modules
+    # of analyze's JSON, as they do the tables: neither was read for --json
+    cnn = str(README.parent / "examples" / "tiny_cnn.py") + ":model"
+    assert main(["plan", cnn, "--top", "2", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["plans"]) == 2
+    model = "hf:gpt2:layers=2,hidden=64,heads=2"
+    for depth, deepest in ((1, 1), (3, 3)):
+        assert main(["analyze", model, "--depth", str(depth), "--json"]) == 0
+        modules = json.loads(capsys.readouterr().out)["modules"]
+        assert max(name.count(".") + 1 for name in modules if name) == deepest

@@ -37,7 +37,18 @@ def cmd_analyze(args: Namespace) -> None:
 
     with Spinner(f"tracing {args.model}", quiet=args.json) as progress:
         result = analyze(**model_options(args), progress=progress)
-    show(result, text.analysis_report, args.json, top=args.top, depth=args.depth)
+    show(result, text.analysis_report, args.json, document=_at_depth(args.depth), top=args.top,
+         depth=args.depth)  # fmt: skip
+
+
+def _at_depth(depth: int):
+    """The analysis's JSON with its modules at --depth, as the table shows them."""
+    return lambda a: {**a.to_dict(), "modules": a.modules(depth=depth)}
+
+
+def _top_plans(top: int):
+    """The plan report's JSON with its first --top plans (the design's contract)."""
+    return lambda r: {**r.to_dict(), "plans": [p.to_dict() for p in r.plans[:top]]}
 
 
 def _training_only(args: Namespace, verb: str, what: str) -> None:
@@ -108,7 +119,7 @@ def cmd_plan(args: Namespace) -> None:
             schedule=args.schedule,
             sequence_parallel=args.sequence_parallel,
         )
-    show(report, text.plan_report, args.json, top=args.top)
+    show(report, text.plan_report, args.json, document=_top_plans(args.top), top=args.top)
 
 
 def _prompt_sizes(args: Namespace) -> tuple[int, int]:
