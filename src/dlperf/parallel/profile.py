@@ -28,7 +28,7 @@ from ..precision import precision as resolve_precision
 from ..run import first_tensor
 from ..tracing import Trace, within
 from ..training_memory import attention_cores, core_saved_bytes, parse_checkpoint
-from .tensor_parallel import has_linear_layers, split_share, split_storages
+from .tensor_parallel import has_linear_layers, roofline_weight, split_share, split_storages
 
 _ATTENTION_FAMILIES = frozenset({"attention", "softmax"})
 _BATCHED_MATMULS = ("aten.bmm", "aten.baddbmm")
@@ -281,7 +281,7 @@ def profile(run, session, micro_batch: int) -> ModelProfile:
     recorded = session.trace(step)
     analysis = session.analysis(step)
     region = _Regions(recorded)
-    split, shares = split_storages(recorded)
+    split, shares = split_storages(recorded, roofline_weight(run.spec, recorded.precision))
     saved = _saved(recorded, region, split)
     transient = _transients(recorded, region)
     core_bytes, kv, (heads, kv_heads) = _cores(recorded, region)

@@ -23,26 +23,30 @@ split.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..ops.linear import activation_operand
-from ..tracing import Trace
+from ..tracing import OpEvent, Trace
 
 _FORWARD = "forward"
 
 
-def split_storages(trace: Trace) -> tuple[frozenset[int], dict[str, float]]:
+def split_storages(
+    trace: Trace, weight: Callable[[OpEvent], float] | None = None
+) -> tuple[frozenset[int], dict[str, float]]:
     """The storages tensor parallelism splits, and per module the share of its
-    forward ops that run split (linear layers, and ops on split tensors)."""
+    forward work that runs split (linear layers, and ops on split tensors),
+    each op counted by `weight` (its time: `roofline_weight`; None: one each,
+    where autocast's casts beside a GEMM would count as much as the GEMM)."""
     split: set[int] = set()
     # storages filled from nothing but themselves (a dropout mask drawn in place
     # into a new tensor): they take the side of the split data they meet
     fresh: set[int] = set()
     seen: set[int] = set()
-    ops: dict[str, list[int]] = {}  # module -> [split ops, ops]
-    for e in trace.events:
-        if e.phase != _FORWARD:
-            continue
+    ops: dict[str, list[float]] = {}  # module -> [split work, work]
+    forward = [e for e in trace.events if e.phase == _FORWARD]
+    sharded_weights = _weight_casts(forward)
+    for e in forward:
         operand = activation_operand(e)
         reads_split = any(s in split for s in e.reads)
         if set(e.reads) <= set(e.writes) and not seen.intersection(e.writes):
@@ -62,12 +66,46 @@ def split_storages(trace: Trace) -> tuple[frozenset[int], dict[str, float]]:
             runs_split = True
         else:
             split.difference_update(e.writes)
-            runs_split = False
-        counts = ops.setdefault(e.module, [0, 0])
-        counts[0] += runs_split
-        counts[1] += 1
-    shares = {module: n / total for module, (n, total) in ops.items()}
+            runs_split = id(e) in sharded_weights
+        work = weight(e) if weight else 1.0
+        counts = ops.setdefault(e.module, [0.0, 0.0])
+        counts[0] += work if runs_split else 0.0
+        counts[1] += work
+    shares = {module: n / total if total else 0.0 for module, (n, total) in ops.items()}
     return frozenset(split), shares
+
+
+def _weight_casts(forward: list[OpEvent]) -> set[int]:
+    """The ops (by id) that make a linear layer's weight operand from its
+    parameter, autocast's casts: under tensor parallelism each GPU holds, and
+    casts, only its shard of the weight."""
+    maker = {sid: e for e in forward for sid in e.writes}
+    out = set()
+    for e in forward:
+        operand = activation_operand(e)
+        if operand is None:
+            continue
+        for i, sid in enumerate(e.reads):
+            made = maker.get(sid)
+            if i != operand and made is not None and made.packet == "aten._to_copy":
+                out.add(id(made))
+    return out
+
+
+def roofline_weight(spec, precision) -> Callable[[OpEvent], float]:
+    """An op's time on `spec` by the roofline: its math at the precision's peak
+    or its bytes at the memory bandwidth, whichever is longer."""
+    from ..ops import CostContext, costed, fallback
+
+    ctx = CostContext(precision)
+    dtype = precision.math if spec.has_dtype(precision.math) else "fp32"
+    peak, bandwidth = spec.peak_flops_per_s(dtype), spec.memory_bandwidth_bytes_per_s
+
+    def seconds(event: OpEvent) -> float:
+        cost = (costed(event, ctx) or fallback(event)).cost
+        return max(cost.flops / peak, (cost.bytes_read + cost.bytes_written) / bandwidth)
+
+    return seconds
 
 
 def has_linear_layers(trace: Trace, modules: Iterable[str]) -> bool:
