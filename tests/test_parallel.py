@@ -227,3 +227,22 @@ def test_tensor_parallel_share_of_a_gpt_block_is_by_time():
     model = "hf:gpt2:layers=2,hidden=4096,heads=32,positions=2048"
     run = resolve(model, gpu="a100", precision="amp-bf16", batch=2, seq_len=2048)
     assert profile(run, Session(), 2).block_split_share > 0.9
+
+
+def test_plan_options_of_issue_23_item_8(capsys):
+    # --no-sequence-parallel did not exist; a collective's exposed time exceeded its own
+    # (pipeline plans: the bubble's slots were counted against it); tp not dividing the
+    # heads was accepted when attention ran eagerly (no fused call to read the heads from)
+    from dlperf.cli import main
+
+    gpt = "hf:gpt2:layers=4,hidden=256,heads=4"
+    assert main(["plan", gpt, "--gpus", "8", "--tp", "2", "--pp", "2", "--no-sequence-parallel",
+                 "--top", "50", "--json"]) == 0  # fmt: skip
+    plans = json.loads(capsys.readouterr().out)["plans"]
+    assert plans and not any(p["sequence_parallel"] for p in plans)
+    for p in plans:
+        for c in p["collectives"]:
+            assert c["exposed_time_s"] <= c["time_s"] + 1e-15, (p["dp"], c)
+    eager = ["plan", gpt, "--gpus", "8", "--tp", "8", "--attention", "eager"]
+    assert main(eager) == 2
+    assert "does not divide the 4 attention heads" in capsys.readouterr().err

@@ -303,7 +303,16 @@ PLAN = (
         "--sequence-parallel",
         action="store_true",
         default=None,
+        exclusive="sequence-parallel",
         help="Megatron sequence parallelism beside tp (default: searched)",
+    ),
+    option(
+        "--no-sequence-parallel",
+        dest="sequence_parallel",
+        action="store_false",
+        default=None,
+        exclusive="sequence-parallel",
+        help="tp without sequence parallelism (default: searched)",
     ),
     top(12, "plans"),
     option(

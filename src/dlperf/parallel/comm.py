@@ -242,4 +242,7 @@ def collectives(
 
 
 def _collective(ring: _Ring, calls: float, exposed: float) -> Collective:
-    return Collective(ring.op, ring.group, ring.nbytes * calls, ring.one_s * calls, exposed, calls)
+    """A collective's totals; its exposed time is at most its own: what the
+    pipeline's bubble slots add beyond it is the bubble's (`pricing`)."""
+    busy = ring.one_s * calls
+    return Collective(ring.op, ring.group, ring.nbytes * calls, busy, min(exposed, busy), calls)

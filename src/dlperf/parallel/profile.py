@@ -205,6 +205,14 @@ def _cores(trace: Trace, region) -> tuple[float, float, tuple[int, int]]:
     return dropped, kv, heads
 
 
+def _config_heads(module) -> tuple[int, int]:
+    """(attention heads, key/value heads) from a Hugging Face config; (0, 0) without one."""
+    config = getattr(module, "config", None)
+    heads = getattr(config, "num_attention_heads", 0)
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    return (heads, kv_heads) if isinstance(heads, int) and isinstance(kv_heads, int) else (0, 0)
+
+
 def _times(analysis, region, shares) -> dict[str, float]:
     """Seconds per region and phase; the host's waits spread over the rows."""
     host = analysis.step_time_s / analysis.time_s if analysis.time_s else 1.0
@@ -285,6 +293,8 @@ def profile(run, session, micro_batch: int) -> ModelProfile:
     saved = _saved(recorded, region, split)
     transient = _transients(recorded, region)
     core_bytes, kv, (heads, kv_heads) = _cores(recorded, region)
+    if not heads:  # no fused attention call (eager attention): the config says
+        heads, kv_heads = _config_heads(run.module)
     times = _times(analysis, region, shares)
     n = max(len(recorded.blocks), 1)
     sizes = dict(run.module.named_modules())
