@@ -2,6 +2,7 @@
 fp8) on every verb that takes a model, and what each changes in the result."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -152,3 +153,15 @@ def test_a_sync_makes_the_host_wait_for_the_gpu():
     # with one the host waits for the first to end, then issues the second:
     # step = issue + long + issue + short
     assert synced.step_s == pytest.approx(2 * issue + long + short)
+
+
+def test_seq_len_resizes_a_model_files_token_inputs():
+    # --seq-len is refused only where no token tensor could take it (issue 21): a model
+    # file whose factory returns token ids takes it, at its own length or another
+    from dlperf.run import resolve
+
+    path = str(Path(__file__).resolve().parents[1] / "examples" / "decoder.py") + ":model"
+    for seq in (512, 64):
+        run = resolve(path, gpu="a100", batch=2, seq_len=seq)
+        assert tuple(run.inputs[0].shape if isinstance(run.inputs, tuple) else
+                     run.inputs.shape) == (2, seq)  # fmt: skip

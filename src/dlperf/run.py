@@ -199,10 +199,9 @@ def resolve_model(model, inputs=None, batch=None, seq_len=None, attention="auto"
         if loaded.family == "user" and inputs is not None and (batch or seq_len):
             from .training_memory import resize_inputs
 
-            resized = resize_inputs(inputs, batch=batch, seq_len=seq_len)
-            if seq_len and _shapes_of(resize_inputs(inputs, seq_len=seq_len)) == _shapes_of(inputs):
+            if seq_len and not _has_sequence(inputs):
                 raise _no_sequence(loaded)
-            inputs = resized
+            inputs = resize_inputs(inputs, batch=batch, seq_len=seq_len)
         elif seq_len and not tokens:
             raise _no_sequence(loaded)
     if tokens and isinstance(inputs, torch.Tensor):
@@ -227,14 +226,16 @@ def _no_sequence(loaded: LoadedModel) -> DlperfError:
     )
 
 
-def _shapes_of(inputs) -> list:
+def _has_sequence(inputs) -> bool:
+    """Whether --seq-len can set a dimension: an integer (token) tensor's dim 1
+    (`resize_inputs`)."""
     if isinstance(inputs, torch.Tensor):
-        return [tuple(inputs.shape)]
+        return inputs.dim() >= 2 and not inputs.is_floating_point()
     if isinstance(inputs, dict):
-        return [_shapes_of(v) for v in inputs.values()]
+        return any(_has_sequence(v) for v in inputs.values())
     if isinstance(inputs, (list, tuple)):
-        return [_shapes_of(v) for v in inputs]
-    return [inputs]
+        return any(_has_sequence(v) for v in inputs)
+    return False
 
 
 def _loaded(model, batch, seq_len, attention="auto") -> LoadedModel:
