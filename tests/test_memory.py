@@ -186,7 +186,7 @@ def test_checkpointing_what_ifs_are_the_runs_they_name():
     none = dlperf.memory(model, x, precision="fp16")
     blocks = dlperf.memory(model, x, precision="fp16", checkpoint="blocks")
     what_if = {p.checkpoint: p for p in none.policies}
-    assert set(what_if) == {"none", "selective", "full", "sqrt"}
+    assert set(what_if) == {"none", "selective", "selective-op", "full", "sqrt"}
     assert blocks.checkpoint == "full"  # blocks is full's alias
     assert what_if["full"].peak_bytes == blocks.peak_bytes
     assert what_if["full"].activations_bytes == blocks.activations_bytes
@@ -211,3 +211,31 @@ def test_activations_by_module_follow_the_checkpointing():
     full = dlperf.memory(model, gpu="a100", batch=4, checkpoint="full")
     assert full.by_module["transformer.h"] < plain.by_module["transformer.h"]
     assert RECOMPUTED in full.by_module and RECOMPUTED not in plain.by_module
+
+
+def test_selective_op_saves_every_other_linear_and_the_attention_output():
+    # torchtitan's per-op policy (issue 23, item 2) on a tiny Llama in fp32 (no casts):
+    # batch 1 x 8 tokens, hidden 64, 4 heads of 16, MLP 128. A block's linear GEMMs run
+    # q, k, v, o, gate, up, down: the 1st, 3rd, 5th and 7th are saved: q (8 x 64 x 4 B =
+    # 2048), v (2048), gate (8 x 128 x 4 = 4096), down (2048); and the attention kernel's
+    # output (4 x 8 x 16 x 4 = 2048) and log-sum-exp (4 x 8 x 4 = 128): 12416 bytes
+    from dlperf.run import Session, resolve
+    from dlperf.training_memory.checkpointing import checkpoint_plan, op_saved, op_saved_bytes
+
+    model = "hf:llama:layers=2,hidden=64,heads=4,kv_heads=4,mlp=128,vocab=100"
+    run = resolve(model, gpu="a100", precision="fp32", batch=1, seq_len=8)
+    trace = Session().trace(run)
+    block = trace.blocks[0]
+    names = [trace.events[i].module.rsplit(".", 1)[-1] for i in op_saved(trace, block)]
+    assert names == ["q_proj", "v_proj", "self_attn", "gate_proj", "down_proj"]
+    assert op_saved_bytes(trace, block) == 2048 + 2048 + 4096 + 2048 + 2048 + 128
+    # what forward keeps: per block its input (8 x 64 x 4 = 2048) and those outputs; one
+    # block's other activations come back in backward; selective-op lies between
+    none, full = (checkpoint_plan(trace, p).activations_bytes for p in ("none", "full"))
+    op = checkpoint_plan(trace, "selective-op").activations_bytes
+    assert full < op < none
+    assert op - full == 2 * 12416 - 12416  # kept twice over, one block's fewer recomputed
+    # the memory report says what each policy frees, and flags one that frees little
+    report = dlperf.memory(model, gpu="a100", precision="fp32", batch=1, seq_len=8)
+    shares = {p.checkpoint: p.frees_share for p in report.policies}
+    assert shares["none"] == 0 and shares["full"] > shares["selective-op"] > 0

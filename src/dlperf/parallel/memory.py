@@ -154,6 +154,11 @@ def block_activations(profile: ModelProfile, at: Layout) -> tuple[float, float]:
     replicated = profile.block_replicated_bytes / at.activation_split
     whole = (profile.block_split_bytes / at.tp + replicated) / at.cp
     segment = profile.segment_blocks(stage_blocks(profile, at))
+    if profile.checkpoint == "selective-op":  # each block: its input and the saved outputs
+        by_op = (profile.block_op_split_bytes / at.tp + profile.block_op_replicated_bytes
+                 / at.activation_split) / at.cp  # fmt: skip
+        kept = profile.block_input_bytes / at.activation_split / at.cp + by_op
+        return kept, max(0.0, whole - by_op)
     if segment:
         kept = profile.block_input_bytes / at.activation_split / at.cp / segment
         return kept, segment * whole

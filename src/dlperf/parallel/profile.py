@@ -28,6 +28,7 @@ from ..precision import precision as resolve_precision
 from ..run import first_tensor
 from ..tracing import Trace, within
 from ..training_memory import attention_cores, core_saved_bytes, parse_checkpoint
+from ..training_memory.checkpointing import op_saved
 from .tensor_parallel import has_linear_layers, roofline_weight, split_share, split_storages
 
 _ATTENTION_FAMILIES = frozenset({"attention", "softmax"})
@@ -52,6 +53,9 @@ class ModelProfile:
     block_split_bytes: float = 0.0  # of which in regions tensor parallelism splits
     block_core_bytes: float = 0.0  # of which the attention core (selective recompute drops)
     block_input_bytes: float = 0.0  # one block's input (a checkpointed segment keeps it)
+    # what selective-op saves in a block (`checkpointing.op_saved`): split by tp, and whole
+    block_op_split_bytes: float = 0.0
+    block_op_replicated_bytes: float = 0.0
     pre_activations_bytes: float = 0.0  # before the blocks (embeddings)
     post_activations_bytes: float = 0.0  # after the blocks (final norm, head, loss)
     post_split_bytes: float = 0.0  # of which split (vocabulary-parallel logits and loss)
@@ -205,6 +209,17 @@ def _cores(trace: Trace, region) -> tuple[float, float, tuple[int, int]]:
     return dropped, kv, heads
 
 
+def _op_saved(trace: Trace, split: frozenset[int]) -> tuple[float, float]:
+    """(split, whole) bytes of the outputs selective-op saves, over all blocks."""
+    parts = [0.0, 0.0]
+    for block in trace.blocks:
+        for i in op_saved(trace, block):
+            e = trace.events[i]
+            for sid, t in zip(e.writes, e.outputs, strict=False):
+                parts[sid not in split] += t.nbytes
+    return parts[0], parts[1]
+
+
 def _config_heads(module) -> tuple[int, int]:
     """(attention heads, key/value heads) from a Hugging Face config; (0, 0) without one."""
     config = getattr(module, "config", None)
@@ -296,6 +311,7 @@ def profile(run, session, micro_batch: int) -> ModelProfile:
     if not heads:  # no fused attention call (eager attention): the config says
         heads, kv_heads = _config_heads(run.module)
     times = _times(analysis, region, shares)
+    op_split, op_whole = _op_saved(recorded, split)
     n = max(len(recorded.blocks), 1)
     sizes = dict(run.module.named_modules())
     block_params = sum(sum(p.numel() for p in sizes[b].parameters()) for b in recorded.blocks)
@@ -317,6 +333,8 @@ def profile(run, session, micro_batch: int) -> ModelProfile:
         block_split_bytes=saved["block_split"] / n,
         block_core_bytes=core_bytes / n,
         block_input_bytes=sum(recorded.module_inputs.get(b, 0) for b in recorded.blocks) / n,
+        block_op_split_bytes=op_split / n,
+        block_op_replicated_bytes=op_whole / n,
         pre_activations_bytes=saved["pre"],
         post_activations_bytes=saved["post"],
         post_split_bytes=saved["post_split"],

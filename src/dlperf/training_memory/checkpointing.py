@@ -12,6 +12,13 @@ Policies (`--checkpoint`):
   block's own backward. Same as every:1.
 - every:K: segments of K consecutive blocks, each keeping only its first
   input; `sqrt` is every:ceil(sqrt(blocks)) (Chen et al. 2016).
+- selective-op: torchtitan's per-op policy (`torchtitan` activation
+  checkpointing, mode "selective", option "op"): every block is checkpointed,
+  but within it the outputs of every other linear GEMM (the 1st, 3rd, ... in
+  forward order, as its mm counter keeps them) and of the fused attention
+  kernel (output and log-sum-exp) are saved; the rest of the block runs again
+  in backward. Linear GEMMs with a bias (addmm) count as torchtitan's bias-free
+  mm.
 - selective: only the attention core is recomputed (Korthikanti et al. 2022,
   "Reducing Activation Recomputation in Large Transformer Models", section
   4.2): Q K^T, the softmax, its dropout and the attention over V, whose saved
@@ -47,7 +54,9 @@ from ..errors import DlperfError
 from ..kinds import Phase
 from ..tracing import OpEvent, Trace, within
 
-CHECKPOINT_HELP = "none, full, selective or every:K (blocks = full, sqrt = every:sqrt(blocks))"
+CHECKPOINT_HELP = (
+    "none, full, selective, selective-op or every:K (blocks = full, sqrt = every:sqrt(blocks))"
+)
 
 # Fused attention kernels, forward (their backward ops run in the backward phase).
 FUSED_ATTENTION = (
@@ -86,7 +95,7 @@ def parse_checkpoint(text: str) -> tuple[str, int]:
     """The policy as (kind, K): 'every:4' -> ('every', 4), 'blocks' -> ('full', 1);
     none, full, selective and sqrt take no K (1)."""
     text = (text or "none").strip().lower()
-    if text in ("none", "full", "selective", "sqrt"):
+    if text in ("none", "full", "selective", "selective-op", "sqrt"):
         return text, 1
     if text == "blocks":
         return "full", 1
@@ -105,6 +114,30 @@ def segments(trace: Trace, policy: str) -> list[list[str]]:
     if kind == "sqrt":
         k = max(1, math.ceil(math.sqrt(len(blocks))))
     return [blocks[i : i + k] for i in range(0, len(blocks), k)]
+
+
+def op_saved(trace: Trace, block: str) -> list[int]:
+    """The forward events of `block` whose outputs the per-op policy saves
+    (selective-op, module docstring): every other linear GEMM, from the
+    first, and the fused attention kernels."""
+    from ..ops.linear import activation_operand
+
+    saved, linears = [], 0
+    for i, e in enumerate(trace.events):
+        if e.phase != _FORWARD or not within(e.module, block):
+            continue
+        if _is_fused_attention(e):
+            saved.append(i)
+        elif activation_operand(e) is not None:
+            linears += 1
+            if linears % 2:
+                saved.append(i)
+    return saved
+
+
+def op_saved_bytes(trace: Trace, block: str) -> int:
+    """Bytes of the outputs the per-op policy saves in `block`."""
+    return sum(t.nbytes for i in op_saved(trace, block) for t in trace.events[i].outputs)
 
 
 def _policy_name(trace: Trace, policy: str) -> str:
@@ -173,9 +206,10 @@ def regions(trace: Trace, policy: str) -> list[Region]:
         return found
     found = segments(trace, policy)
     owner = _segment_of(found)
+    kept = {i for b in trace.blocks for i in op_saved(trace, b)} if kind == "selective-op" else ()
     forward: list[list[int]] = [[] for _ in found]
     for i, e in enumerate(trace.events):
-        n = owner(e.module) if e.phase == _FORWARD else None
+        n = owner(e.module) if e.phase == _FORWARD and i not in kept else None
         if n is not None:
             forward[n].append(i)
     starts: list[int | None] = [None] * len(found)
@@ -310,10 +344,22 @@ def checkpoint_plan(
     found = segments(trace, policy) if trace.training else []  # inference saves nothing
     if not found:
         return CheckpointPlan(name, trace.activation_bytes, 0.0, 0)
-    per_block, outside = _activations_per_block(trace)
-    kept = sum(trace.module_inputs.get(seg[0], 0) for seg in found)
-    largest = max(sum(per_block[b] for b in seg) for seg in found)
-    return CheckpointPlan(name, int(outside + kept + largest), recompute_s, len(found))
+    _, outside = _activations_per_block(trace)
+    kept, largest = _segment_terms(trace, found, kind)
+    return CheckpointPlan(name, int(outside + sum(kept) + largest), recompute_s, len(found))
+
+
+def _segment_terms(trace: Trace, found: list[list[str]], kind: str) -> tuple[list[int], int]:
+    """(per segment what forward keeps: its input, and under selective-op the
+    outputs the policy saves; the largest segment's recomputed activations,
+    which backward brings back one segment at a time)."""
+    per_block, _ = _activations_per_block(trace)
+    kept, largest = [], 0
+    for seg in found:
+        by_op = sum(op_saved_bytes(trace, b) for b in seg) if kind == "selective-op" else 0
+        kept.append(trace.module_inputs.get(seg[0], 0) + by_op)
+        largest = max(largest, sum(per_block[b] for b in seg) - by_op)
+    return kept, largest
 
 
 RECOMPUTED = "(one segment, recomputed in backward)"
@@ -335,10 +381,9 @@ def kept_by_module(trace: Trace, policy: str, depth: int = 2) -> dict[str, int]:
             gone = {i for j, core in enumerate(cores) if j != kept_core for i in core}
             saved = [s for s in saved if creator.get(s[2], -1) not in gone]
     elif found:
-        per_block, _ = _activations_per_block(trace)
+        kept, largest = _segment_terms(trace, found, kind)
         saved = [s for s in saved if not any(within(s[0], b) for b in trace.blocks)]
-        saved += [(seg[0], trace.module_inputs.get(seg[0], 0), -1) for seg in found]
-        largest = max(sum(per_block[b] for b in seg) for seg in found)
+        saved += [(seg[0], n, -1) for seg, n in zip(found, kept, strict=True)]
         saved.append((RECOMPUTED, largest, -1))
     out: dict[str, int] = {}
     for module, nbytes, _ in saved:

@@ -15,7 +15,10 @@ from ..tracing import OpEvent, Trace, within
 from .checkpointing import kept_by_module, parse_checkpoint
 from .step import StepMemory, step_memory
 
-CHECKPOINT_WHAT_IFS = ("none", "selective", "full", "sqrt")
+CHECKPOINT_WHAT_IFS = ("none", "selective", "selective-op", "full", "sqrt")
+# A policy that frees less than this share of the activations is flagged: its
+# recompute buys little (Korthikanti's attention core under a fused kernel).
+FREES_LITTLE = 0.10
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,12 @@ class CheckpointOption:
     peak_bytes: int
     recompute_s: float
     fits: bool
+    frees_share: float = 0.0  # of the activations without checkpointing
+
+    @property
+    def frees_little(self) -> bool:
+        """A policy that recomputes work yet frees under FREES_LITTLE."""
+        return self.recompute_s > 0 and self.frees_share < FREES_LITTLE
 
     @classmethod
     def of(cls, step: StepMemory, capacity_bytes: int) -> CheckpointOption:
@@ -124,6 +133,11 @@ def memory_report(run, session, checkpoint: str = "none", accumulate: int = 1, f
             capacity,
         )
         for option in CHECKPOINT_WHAT_IFS
+    ]
+    plain = policies[0].activations_bytes  # "none"
+    policies = [
+        dataclasses.replace(p, frees_share=1 - p.activations_bytes / plain if plain else 0.0)
+        for p in policies
     ]
     max_batch, max_seq = _fit(step, session, checkpoint) if fit else (None, None)
     return MemoryReport(

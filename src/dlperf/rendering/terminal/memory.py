@@ -58,12 +58,14 @@ def _breakdown(r) -> Table:
 
 def _what_ifs(r) -> Table:
     table = Table(title="checkpointing what-ifs")
-    for col in ("checkpoint", "activations", "peak", "recompute", "fits"):
+    for col in ("checkpoint", "activations", "frees", "peak", "recompute", "fits"):
         table.add_column(col, justify="right" if col != "checkpoint" else "left")
     for p in r.policies:
+        frees = f"{p.frees_share:.0%}" + (" [yellow](little)[/]" if p.frees_little else "")
         table.add_row(
             p["checkpoint"],
             gib(p["activations_bytes"]),
+            frees,
             gib(p["peak_bytes"]),
             seconds(p["recompute_s"]),
             "yes" if p["fits"] else "no",
