@@ -246,3 +246,16 @@ def test_plan_options_of_issue_23_item_8(capsys):
     eager = ["plan", gpt, "--gpus", "8", "--tp", "8", "--attention", "eager"]
     assert main(eager) == 2
     assert "does not divide the 4 attention heads" in capsys.readouterr().err
+
+
+def test_a_recompute_repeats_the_all_reduces_of_the_row_parallel_gemms_it_reruns():
+    # a Llama block's row-parallel GEMMs are o_proj and down_proj: full recompute runs both
+    # again (two more tp all-reduces per block); selective-op saves the 1st, 3rd, 5th and
+    # 7th linear outputs (q, v, gate, down), so only o_proj's all-reduce comes back
+    from dlperf.parallel.profile import profile
+    from dlperf.run import Session, resolve
+
+    model = "hf:llama:layers=2,hidden=256,heads=4,kv_heads=4,mlp=512,vocab=1000"
+    for policy, reduces in (("full", 2), ("selective-op", 1)):
+        run = resolve(model, gpu="a100", batch=2, seq_len=128, checkpoint=policy)
+        assert profile(run, Session(), 2).block_recomputed_reduces == reduces

@@ -4,8 +4,9 @@ link is busy, and the time it adds to the step (exposed).
 Per micro-batch, on the critical path of every stage (exposed whole unless
 said):
 - tp: two all-reduces of the block's output activation per block forward
-  and two backward (Megatron-LM), two more when a checkpointed block runs
-  its forward again, and one each for the embedding and the head; with
+  and two backward (Megatron-LM), one more per row-parallel GEMM a
+  checkpointed block runs again (two under full recompute, fewer under
+  selective-op), and one each for the embedding and the head; with
   sequence parallelism each becomes an all-gather and a reduce-scatter
   (the same ring volume). In the math dtype (bf16/fp16 under AMP).
 - cp: ring attention passes the K and V chunks around the cp ranks (cp - 1
@@ -105,7 +106,8 @@ def _per_micro_batch(
     blocks = stage_blocks(profile, at)
     act = profile.boundary_elements * profile.activation_itemsize / at.cp
     if at.tp > 1:
-        per_block = 4 + (2 if profile.segment_blocks(blocks) else 0)
+        recomputed = profile.block_recomputed_reduces if profile.segment_blocks(blocks) else 0
+        per_block = 4 + recomputed
         calls = per_block * blocks + 2
         ring = _ring("all_reduce", "tp", act, at.tp, 1, net)
         if at.sequence_parallel:  # an all-gather and a reduce-scatter: the same volume

@@ -56,6 +56,9 @@ class ModelProfile:
     # what selective-op saves in a block (`checkpointing.op_saved`): split by tp, and whole
     block_op_split_bytes: float = 0.0
     block_op_replicated_bytes: float = 0.0
+    # tp all-reduces a checkpointed block's recompute repeats: its row-parallel
+    # linear GEMMs that run again (all of them, or selective-op's unsaved ones)
+    block_recomputed_reduces: float = 2.0
     pre_activations_bytes: float = 0.0  # before the blocks (embeddings)
     post_activations_bytes: float = 0.0  # after the blocks (final norm, head, loss)
     post_split_bytes: float = 0.0  # of which split (vocabulary-parallel logits and loss)
@@ -220,6 +223,22 @@ def _op_saved(trace: Trace, split: frozenset[int]) -> tuple[float, float]:
     return parts[0], parts[1]
 
 
+def _recomputed_reduces(trace: Trace, split: frozenset[int], checkpoint: str) -> float:
+    """Row-parallel linear GEMMs (reading a split activation) that a checkpointed
+    block runs again, over all blocks: under selective-op only the unsaved ones."""
+    from ..ops.linear import activation_operand
+
+    kept = set()
+    if parse_checkpoint(checkpoint)[0] == "selective-op":
+        kept = {i for b in trace.blocks for i in op_saved(trace, b)}
+    count = 0
+    for i, e in enumerate(trace.events):
+        operand = activation_operand(e) if e.phase == "forward" and i not in kept else None
+        if operand is not None and e.reads[operand] in split:
+            count += any(within(e.module, b) for b in trace.blocks)
+    return float(count)
+
+
 def _config_heads(module) -> tuple[int, int]:
     """(attention heads, key/value heads) from a Hugging Face config; (0, 0) without one."""
     config = getattr(module, "config", None)
@@ -312,6 +331,7 @@ def profile(run, session, micro_batch: int) -> ModelProfile:
         heads, kv_heads = _config_heads(run.module)
     times = _times(analysis, region, shares)
     op_split, op_whole = _op_saved(recorded, split)
+    reduces = _recomputed_reduces(recorded, split, run.checkpoint)
     n = max(len(recorded.blocks), 1)
     sizes = dict(run.module.named_modules())
     block_params = sum(sum(p.numel() for p in sizes[b].parameters()) for b in recorded.blocks)
@@ -335,6 +355,7 @@ def profile(run, session, micro_batch: int) -> ModelProfile:
         block_input_bytes=sum(recorded.module_inputs.get(b, 0) for b in recorded.blocks) / n,
         block_op_split_bytes=op_split / n,
         block_op_replicated_bytes=op_whole / n,
+        block_recomputed_reduces=reduces / n,
         pre_activations_bytes=saved["pre"],
         post_activations_bytes=saved["post"],
         post_split_bytes=saved["post_split"],
