@@ -226,9 +226,9 @@ def test_selective_op_saves_every_other_linear_and_the_attention_output():
     run = resolve(model, gpu="a100", precision="fp32", batch=1, seq_len=8)
     trace = Session().trace(run)
     block = trace.blocks[0]
-    names = [trace.events[i].module.rsplit(".", 1)[-1] for i in op_saved(trace, block)]
+    names = [trace.events[i].module.rsplit(".", 1)[-1] for i in op_saved(trace)[block]]
     assert names == ["q_proj", "v_proj", "self_attn", "gate_proj", "down_proj"]
-    assert op_saved_bytes(trace, block) == 2048 + 2048 + 4096 + 2048 + 2048 + 128
+    assert op_saved_bytes(trace)[block] == 2048 + 2048 + 4096 + 2048 + 2048 + 128
     # what forward keeps: per block its input (8 x 64 x 4 = 2048) and those outputs; one
     # block's other activations come back in backward; selective-op lies between
     none, full = (checkpoint_plan(trace, p).activations_bytes for p in ("none", "full"))

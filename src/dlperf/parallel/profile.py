@@ -28,7 +28,7 @@ from ..precision import precision as resolve_precision
 from ..run import first_tensor
 from ..tracing import Trace, within
 from ..training_memory import attention_cores, core_saved_bytes, parse_checkpoint
-from ..training_memory.checkpointing import op_saved
+from ..training_memory.checkpointing import op_saved, op_saved_events
 from .tensor_parallel import has_linear_layers, roofline_weight, split_share, split_storages
 
 _ATTENTION_FAMILIES = frozenset({"attention", "softmax"})
@@ -215,27 +215,26 @@ def _cores(trace: Trace, region) -> tuple[float, float, tuple[int, int]]:
 def _op_saved(trace: Trace, split: frozenset[int]) -> tuple[float, float]:
     """(split, whole) bytes of the outputs selective-op saves, over all blocks."""
     parts = [0.0, 0.0]
-    for block in trace.blocks:
-        for i in op_saved(trace, block):
+    for found in op_saved(trace).values():
+        for i in found:
             e = trace.events[i]
             for sid, t in zip(e.writes, e.outputs, strict=False):
                 parts[sid not in split] += t.nbytes
     return parts[0], parts[1]
 
 
-def _recomputed_reduces(trace: Trace, split: frozenset[int], checkpoint: str) -> float:
+def _recomputed_reduces(trace: Trace, region, split: frozenset[int], checkpoint: str) -> float:
     """Row-parallel linear GEMMs (reading a split activation) that a checkpointed
     block runs again, over all blocks: under selective-op only the unsaved ones."""
     from ..ops.linear import activation_operand
 
-    kept = set()
-    if parse_checkpoint(checkpoint)[0] == "selective-op":
-        kept = {i for b in trace.blocks for i in op_saved(trace, b)}
+    kept = op_saved_events(trace) if parse_checkpoint(checkpoint)[0] == "selective-op" else set()
     count = 0
     for i, e in enumerate(trace.events):
-        operand = activation_operand(e) if e.phase == "forward" and i not in kept else None
-        if operand is not None and e.reads[operand] in split:
-            count += any(within(e.module, b) for b in trace.blocks)
+        if e.phase != "forward" or i in kept or region(e.module) != "block":
+            continue
+        operand = activation_operand(e)
+        count += operand is not None and e.reads[operand] in split
     return float(count)
 
 
@@ -331,7 +330,7 @@ def profile(run, session, micro_batch: int) -> ModelProfile:
         heads, kv_heads = _config_heads(run.module)
     times = _times(analysis, region, shares)
     op_split, op_whole = _op_saved(recorded, split)
-    reduces = _recomputed_reduces(recorded, split, run.checkpoint)
+    reduces = _recomputed_reduces(recorded, region, split, run.checkpoint)
     n = max(len(recorded.blocks), 1)
     sizes = dict(run.module.named_modules())
     block_params = sum(sum(p.numel() for p in sizes[b].parameters()) for b in recorded.blocks)

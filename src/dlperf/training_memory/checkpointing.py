@@ -116,28 +116,40 @@ def segments(trace: Trace, policy: str) -> list[list[str]]:
     return [blocks[i : i + k] for i in range(0, len(blocks), k)]
 
 
-def op_saved(trace: Trace, block: str) -> list[int]:
-    """The forward events of `block` whose outputs the per-op policy saves
-    (selective-op, module docstring): every other linear GEMM, from the
-    first, and the fused attention kernels."""
+def op_saved(trace: Trace) -> dict[str, list[int]]:
+    """Per repeated block, the forward events whose outputs the per-op policy
+    saves (selective-op, module docstring): every other linear GEMM, from the
+    first, and the fused attention kernels. One pass over the trace."""
     from ..ops.linear import activation_operand
 
-    saved, linears = [], 0
+    owner = _segment_of([[b] for b in trace.blocks])
+    saved: dict[str, list[int]] = {b: [] for b in trace.blocks}
+    linears = dict.fromkeys(trace.blocks, 0)
     for i, e in enumerate(trace.events):
-        if e.phase != _FORWARD or not within(e.module, block):
+        n = owner(e.module) if e.phase == _FORWARD else None
+        if n is None:
             continue
+        block = trace.blocks[n]
         if _is_fused_attention(e):
-            saved.append(i)
+            saved[block].append(i)
         elif activation_operand(e) is not None:
-            linears += 1
-            if linears % 2:
-                saved.append(i)
+            linears[block] += 1
+            if linears[block] % 2:
+                saved[block].append(i)
     return saved
 
 
-def op_saved_bytes(trace: Trace, block: str) -> int:
-    """Bytes of the outputs the per-op policy saves in `block`."""
-    return sum(t.nbytes for i in op_saved(trace, block) for t in trace.events[i].outputs)
+def op_saved_events(trace: Trace) -> set[int]:
+    """Every event whose output the per-op policy saves, in any block."""
+    return {i for block in op_saved(trace).values() for i in block}
+
+
+def op_saved_bytes(trace: Trace) -> dict[str, int]:
+    """Per repeated block, bytes of the outputs the per-op policy saves."""
+    return {
+        block: sum(t.nbytes for i in found for t in trace.events[i].outputs)
+        for block, found in op_saved(trace).items()
+    }
 
 
 def _policy_name(trace: Trace, policy: str) -> str:
@@ -206,7 +218,7 @@ def regions(trace: Trace, policy: str) -> list[Region]:
         return found
     found = segments(trace, policy)
     owner = _segment_of(found)
-    kept = {i for b in trace.blocks for i in op_saved(trace, b)} if kind == "selective-op" else ()
+    kept = op_saved_events(trace) if kind == "selective-op" else set()
     forward: list[list[int]] = [[] for _ in found]
     for i, e in enumerate(trace.events):
         n = owner(e.module) if e.phase == _FORWARD and i not in kept else None
@@ -354,9 +366,10 @@ def _segment_terms(trace: Trace, found: list[list[str]], kind: str) -> tuple[lis
     outputs the policy saves; the largest segment's recomputed activations,
     which backward brings back one segment at a time)."""
     per_block, _ = _activations_per_block(trace)
+    saved = op_saved_bytes(trace) if kind == "selective-op" else dict.fromkeys(trace.blocks, 0)
     kept, largest = [], 0
     for seg in found:
-        by_op = sum(op_saved_bytes(trace, b) for b in seg) if kind == "selective-op" else 0
+        by_op = sum(saved[b] for b in seg)
         kept.append(trace.module_inputs.get(seg[0], 0) + by_op)
         largest = max(largest, sum(per_block[b] for b in seg) - by_op)
     return kept, largest
