@@ -23,7 +23,7 @@ from .deployment import deploy
 from .memory import default_max_num_seqs
 from .scheduler import EngineLimits, Timings, run_engine
 from .step_costs import StepCosts
-from .workload import Workload, workload
+from .workload import Workload, requests
 
 PERCENTILES = (50, 90, 99)
 # Rates tried by `find_max_rate`: doubling from the first, then this many halvings.
@@ -157,12 +157,12 @@ class Simulator:
             raise DlperfError(
                 f"--max-num-seqs must be a positive whole number, not {max_num_seqs!r}"
             )
-        self.dataset, self.num_prompts, self.seed = dataset, num_prompts, seed
-        workload(dataset, num_prompts, math.inf, seed)  # bad datasets fail before tracing
+        self.dataset, self.num_prompts = dataset, num_prompts
+        self.requests = requests(dataset, num_prompts, seed)  # a bad dataset fails before tracing
         self.d = deploy(model, **deployment)
         spec = self.d.spec
         self.max_num_seqs = max_num_seqs or default_max_num_seqs(spec)
-        sample = workload(dataset, num_prompts, math.inf, seed)
+        sample = self.requests
         longest = int((sample.input_len + sample.output_len).max())
         timeline = self.d.timeline(int(sample.input_len.max()), int(sample.output_len.max()))
         # one sequence traced stands for a step's tokens: no longer than the model's positions
@@ -182,7 +182,7 @@ class Simulator:
         self.costs = StepCosts(timeline, self.max_num_seqs, traced, longest - 2)
 
     def run(self, request_rate: float, slo: Slo | None = None) -> SimulationReport:
-        work = workload(self.dataset, self.num_prompts, request_rate, self.seed)
+        work = self.requests.arriving(request_rate)
         timings = run_engine(work, self.limits, self.costs)
         report = self._report(request_rate)
         _fill(report, work, timings, slo)

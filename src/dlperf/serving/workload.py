@@ -47,6 +47,46 @@ class Workload:
         return len(self.arrival_s)
 
 
+@dataclass(frozen=True)
+class Requests:
+    """A dataset's requests, drawn once: their lengths (and any arrival times
+    the file gives), and the random stream's state from which their arrivals
+    at a rate are drawn next, so every rate sees the same requests."""
+
+    dataset: str
+    input_len: np.ndarray
+    output_len: np.ndarray
+    given_arrival_s: np.ndarray | None
+    rng_state: dict
+
+    def arriving(self, request_rate: float = math.inf) -> Workload:
+        """The requests arriving at `request_rate` per second, in arrival order."""
+        if not request_rate > 0:
+            raise DlperfError(f"--request-rate must be positive (or inf), not {request_rate!r}")
+        n = len(self.input_len)
+        if self.given_arrival_s is not None:
+            arrivals = self.given_arrival_s
+        elif math.isinf(request_rate):
+            arrivals = np.zeros(n)
+        else:
+            rng = np.random.default_rng()
+            rng.bit_generator.state = self.rng_state
+            arrivals = np.cumsum(rng.exponential(1.0 / request_rate, n))
+            arrivals -= arrivals[0]  # the first request starts the run
+        order = np.argsort(arrivals, kind="stable")
+        return Workload(arrivals[order], self.input_len[order], self.output_len[order],
+                        self.dataset)  # fmt: skip
+
+
+def requests(dataset: str, num_prompts: int, seed: int = 0) -> Requests:
+    """`num_prompts` requests of `dataset`, their lengths drawn with `seed`."""
+    if not isinstance(num_prompts, int) or num_prompts <= 0:
+        raise DlperfError(f"--num-prompts must be a positive whole number, not {num_prompts!r}")
+    rng = np.random.default_rng(seed)
+    inputs, outputs, given = _lengths(dataset, num_prompts, rng)
+    return Requests(dataset, inputs, outputs, given, rng.bit_generator.state)
+
+
 def workload(
     dataset: str,
     num_prompts: int,
@@ -54,21 +94,7 @@ def workload(
     seed: int = 0,
 ) -> Workload:
     """`num_prompts` requests of `dataset` arriving at `request_rate` per second."""
-    if not isinstance(num_prompts, int) or num_prompts <= 0:
-        raise DlperfError(f"--num-prompts must be a positive whole number, not {num_prompts!r}")
-    if not request_rate > 0:
-        raise DlperfError(f"--request-rate must be positive (or inf), not {request_rate!r}")
-    rng = np.random.default_rng(seed)
-    inputs, outputs, given = _lengths(dataset, num_prompts, rng)
-    if given is not None:
-        arrivals = given
-    elif math.isinf(request_rate):
-        arrivals = np.zeros(num_prompts)
-    else:
-        arrivals = np.cumsum(rng.exponential(1.0 / request_rate, num_prompts))
-        arrivals -= arrivals[0]  # the first request starts the run
-    order = np.argsort(arrivals, kind="stable")
-    return Workload(arrivals[order], inputs[order], outputs[order], dataset)
+    return requests(dataset, num_prompts, seed).arriving(request_rate)
 
 
 def _lengths(dataset: str, n: int, rng):
