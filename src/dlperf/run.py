@@ -109,8 +109,8 @@ def resolve(
     """
     if isinstance(model, Run):
         return model
-    if cuda_graphs and (str(gpu).lower() in ("cpu", "local") or getattr(gpu, "kind", "") == "cpu"):
-        raise DlperfError("--cuda-graphs replays a GPU's kernels; a CPU runs none: drop it")
+    if cuda_graphs and str(gpu).lower() in ("cpu", "local"):
+        raise _no_cuda_graphs()  # before the CPU is probed for nothing
     spec = get_gpu(gpu)
     policy = resolve_for(spec, precision, training)
     get_optimizer(optimizer)
@@ -131,14 +131,18 @@ def resolve(
 # -- options that would change nothing are refused, never dropped ---------------
 
 
+def _no_cuda_graphs() -> DlperfError:
+    return DlperfError("--cuda-graphs replays a GPU's kernels; a CPU runs none: drop it")
+
+
 def _refuse_ineffective(spec: HardwareSpec, training: bool, checkpoint: str, cuda_graphs: bool):
     if checkpoint != "none" and not training:
         raise DlperfError(
             f"--checkpoint {checkpoint} recomputes activations in backward, and an inference "
             "pass (--infer) has none: drop it"
         )
-    if cuda_graphs and spec.kind == "cpu":  # a CPU spec file
-        raise DlperfError("--cuda-graphs replays a GPU's kernels; a CPU runs none: drop it")
+    if cuda_graphs and spec.kind == "cpu":  # a CPU spec file, or a CPU's spec given
+        raise _no_cuda_graphs()
 
 
 def _refuse_idle_checkpoint(loaded: LoadedModel, checkpoint: str) -> None:

@@ -75,8 +75,7 @@ def fuse_eager_attention(trace: Trace, requested: str = "auto") -> Trace:
                 drop = chain + _casts_into(events, readers, producer, i)
                 if not any(j in replaced for j in drop):
                     replaced.update(dict.fromkeys(drop))
-                    fused = _fused_event(events, chain, last, producer, requested)
-                    replaced[last] = dataclasses.replace(fused, writes=(fused.writes[0], fresh))
+                    replaced[last] = _fused_event(events, chain, last, producer, requested, fresh)
                     fresh += 1
     if not replaced:
         return trace
@@ -125,7 +124,10 @@ def _source(events, producer, gemm: int, operand: int) -> tuple[TensorMeta, int]
     return meta, sid
 
 
-def _fused_event(events, chain: list[int], last: int, producer, requested: str) -> OpEvent:
+def _fused_event(events, chain: list[int], last: int, producer, requested: str,
+                 lse_storage: int) -> OpEvent:  # fmt: skip
+    """The fused attention call the chain from `chain[0]` to `last` stands for;
+    its log-sum-exp output gets the new storage `lse_storage`."""
     scores, values = events[chain[0]], events[last]
     (q3, q_sid), (kt3, k_sid) = (_source(events, producer, chain[0], n) for n in (0, 1))
     v3, v_sid = values.tensors()[1], values.reads[1]
@@ -148,7 +150,7 @@ def _fused_event(events, chain: list[int], last: int, producer, requested: str) 
         phase=scores.phase,
         module_type=scores.module_type,
         reads=(q_sid, k_sid, v_sid),
-        writes=(values.writes[0], values.writes[0]),  # the caller numbers the second
+        writes=(values.writes[0], lse_storage),
     )
 
 
