@@ -32,7 +32,8 @@ and the embeddings' activations; the last stage one micro-batch and the
 head's and loss's (vocabulary-parallel: split by tp). Then the largest
 backward working set of one op, and the framework: CUDA context and cuBLAS
 workspace (`hardware/specs/_framework_memory.toml`) and the caching
-allocator's slack on the activations (`training_memory.ALLOCATOR_SLACK`).
+allocator's reserve, the share of the activations and transient that the
+replay of the profiled step found (`ModelProfile.allocator_share`).
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ def stage_memory(profile: ModelProfile, spec: HardwareSpec, at: Layout, stage: s
     weights, grads, states = _states(profile, at, stage)
     acts, transient = _stage_activations(profile, at, stage)
     buffers = _buffers(profile, at, stage, grads)
-    overhead = overhead_bytes(spec, acts + transient)
+    overhead = overhead_bytes(spec) + profile.allocator_share * (acts + transient)
     return MemoryPerGpu(weights, grads, states, acts, transient, buffers, overhead, stage)
 
 

@@ -27,7 +27,14 @@ from ..precision import Precision
 from ..precision import precision as resolve_precision
 from ..run import first_tensor
 from ..tracing import Trace, within
-from ..training_memory import attention_cores, core_saved_bytes, parse_checkpoint
+from ..training_memory import (
+    attention_cores,
+    checkpoint_plan,
+    core_saved_bytes,
+    parse_checkpoint,
+    step_peaks,
+    transient_bytes,
+)
 from ..training_memory.checkpointing import op_saved, op_saved_events
 from .tensor_parallel import has_linear_layers, roofline_weight, split_share, split_storages
 
@@ -69,6 +76,9 @@ class ModelProfile:
     boundary_elements: float = 0.0
     activation_itemsize: int = 2
     kv_elements: float = 0.0  # per block: the keys and values attention reads
+    # the caching allocator's reserve beyond the live tensors, as a share of the
+    # activations and backward transient (`training_memory.step_peaks`)
+    allocator_share: float = 0.0
     heads: int = 0  # attention heads (0: not known; tp must divide them)
     kv_heads: int = 0  # key/value heads (grouped-query attention)
     # predicted seconds per micro-batch (backward includes its recompute)
@@ -364,6 +374,7 @@ def profile(run, session, micro_batch: int) -> ModelProfile:
         boundary_elements=_boundary_elements(recorded, region),
         activation_itemsize=policy.cast_weight_bytes or policy.master_weight_bytes,
         kv_elements=kv / n,
+        allocator_share=_allocator_share(recorded, run),
         heads=heads,
         kv_heads=kv_heads,
         block_forward_s=times.get("block_forward", 0.0) / n,
@@ -385,6 +396,15 @@ def profile(run, session, micro_batch: int) -> ModelProfile:
         param_shapes=recorded.param_shapes,
         **_moe_fields(recorded),
     )
+
+
+def _allocator_share(trace: Trace, run) -> float:
+    """What the caching allocator reserves beyond the live tensors in one step
+    of `trace`, per byte of its activations and backward transient."""
+    if run.spec.kind == "cpu":  # no CUDA caching allocator
+        return 0.0
+    live = checkpoint_plan(trace, run.checkpoint).activations_bytes + transient_bytes(trace)
+    return step_peaks(trace, run.optimizer, run.checkpoint).overhead_bytes / live if live else 0.0
 
 
 def _peak(analysis) -> float:

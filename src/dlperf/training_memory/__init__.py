@@ -7,8 +7,10 @@ per distinct storage, parameters excluded), attributed to the module that ran
 when they were saved. Autocast's weight copies are counted with the weights
 (the 2 B of mixed precision's 6 B), not twice.
 
-The peak is the largest of the end of forward, the backward pass and the
-optimizer step (step.py). Checkpointing (checkpointing.py: none, full,
+The allocated peak is the largest of the end of forward, the backward pass
+and the optimizer step (step.py); the caching allocator's reserve beyond it
+comes from replaying the step's allocations through the allocator's rules
+(allocator.py, reserved.py). Checkpointing (checkpointing.py: none, full,
 every:K, selective) keeps only each segment's input, or drops what the
 attention cores create; the same regions give the recompute events that
 backward runs (`with_recompute`), priced in time like any other event.
@@ -40,8 +42,8 @@ from .report import (
     memory_report,
     recompute_price,
 )
+from .reserved import step_peaks
 from .step import (
-    ALLOCATOR_SLACK,
     CUDA_CONTEXT_BYTES,
     FrameworkMemory,
     StepMemory,
@@ -55,7 +57,6 @@ from .step import (
 )
 
 __all__ = [
-    "ALLOCATOR_SLACK",
     "CHECKPOINT_HELP",
     "CHECKPOINT_WHAT_IFS",
     "CUDA_CONTEXT_BYTES",
@@ -85,6 +86,7 @@ __all__ = [
     "state_bytes",
     "state_bytes_per_param",
     "step_memory",
+    "step_peaks",
     "transient_bytes",
     "with_recompute",
 ]

@@ -6,6 +6,8 @@ copy (6 B) with fp32 gradients (4 B); pure fp16/bf16 training keeps 2 B +
 2 B (`Precision` says which). Optimizer states come from `optimizer.py`, the
 one table. The framework's own memory (CUDA context, cuBLAS workspace) is
 spec data, per architecture family (`hardware/specs/_framework_memory.toml`).
+What the caching allocator reserves beyond the live tensors comes from
+replaying the step's allocations through its rules (`reserved.py`).
 """
 
 from __future__ import annotations
@@ -22,11 +24,9 @@ from ..optimizer import state_bytes
 from ..precision import Precision, precision
 from ..tracing import OpEvent, Trace
 from .checkpointing import checkpoint_plan
+from .reserved import step_peaks
 
 FRAMEWORK_MEMORY_FILE = SPECS_DIR / "_framework_memory.toml"
-# Allocator rounding and fragmentation, as a share of the activation memory
-# (a stated constant of PyTorch's caching allocator, not of the device).
-ALLOCATOR_SLACK = 0.05
 
 
 @dataclass(frozen=True)
@@ -45,11 +45,10 @@ def framework_memory(architecture: str) -> FrameworkMemory:
 CUDA_CONTEXT_BYTES = framework_memory("default").cuda_context_bytes
 
 
-def overhead_bytes(spec: HardwareSpec, activations: float) -> int:
-    """The framework's memory on `spec`, and the allocator's slack on `activations`."""
+def overhead_bytes(spec: HardwareSpec) -> int:
+    """The framework's own memory on `spec`: the CUDA context and cuBLAS's workspace."""
     framework = framework_memory(spec.architecture)
-    fixed = framework.cuda_context_bytes + framework.cublas_workspace_bytes
-    return int(fixed + ALLOCATOR_SLACK * activations)
+    return framework.cuda_context_bytes + framework.cublas_workspace_bytes
 
 
 def state_bytes_per_param(policy: str | Precision) -> tuple[int, int]:
@@ -93,10 +92,14 @@ def by_module(trace: Trace, depth: int = 2) -> dict[str, int]:
 class StepMemory:
     """The memory terms of one step under one checkpointing policy.
 
-    The peak is the largest of: the end of forward (state + activations), the
-    backward pass (state + activations + gradients + the largest transient of
-    one backward op: an upper bound, since activations are freed as gradients
-    are made), and the optimizer step (state + gradients).
+    The allocated peak is the largest of: the end of forward (state +
+    activations), the backward pass (state + activations + gradients + the
+    largest transient of one backward op: an upper bound, since activations
+    are freed as gradients are made), and the optimizer step (state +
+    gradients). The caching allocator reserves `allocator_bytes` more
+    (`reserved.step_peaks`); the framework (`overhead_bytes`: CUDA context,
+    cuBLAS workspace) comes on top. `peak_bytes`, what `nvidia-smi` shows and
+    what must fit, is reserved plus the framework.
     """
 
     weights_bytes: int
@@ -107,6 +110,7 @@ class StepMemory:
     overhead_bytes: int
     recompute_s: float  # forward work backward runs again (`checkpointing.with_recompute`)
     checkpoint: str  # the policy as priced ("full", "selective", "every:2", ...)
+    allocator_bytes: int = 0  # reserved by the caching allocator beyond the live tensors
 
     @property
     def phases(self) -> dict[Phase, int]:
@@ -125,8 +129,19 @@ class StepMemory:
         return max(phases, key=phases.get)
 
     @property
+    def allocated_bytes(self) -> int:
+        """The live tensors at their peak (`torch.cuda.max_memory_allocated`)."""
+        return self.phases[self.peak_phase] - self.overhead_bytes
+
+    @property
+    def reserved_bytes(self) -> int:
+        """The caching allocator's segments at their peak (`max_memory_reserved`)."""
+        return self.allocated_bytes + self.allocator_bytes
+
+    @property
     def peak_bytes(self) -> int:
-        return self.phases[self.peak_phase]
+        """Reserved plus the framework's own memory: the GPU memory the step takes."""
+        return self.reserved_bytes + self.overhead_bytes
 
 
 def step_memory(
@@ -135,9 +150,11 @@ def step_memory(
     optimizer: str,
     checkpoint: str,
     price: Callable[[list[OpEvent]], float] | None = None,
+    accumulate: int = 1,
 ) -> StepMemory:
-    """The memory terms of one step, for a trace at the micro-batch size;
-    `price` gives the seconds of the recompute events (None: not priced)."""
+    """The memory terms of one step, for a trace at the micro-batch size and
+    `accumulate` micro-batches a step; `price` gives the seconds of the
+    recompute events (None: not priced)."""
     policy = trace.precision
     w_per, g_per = state_bytes_per_param(policy)
     weights = w_per * trace.params
@@ -149,7 +166,19 @@ def step_memory(
     plan = checkpoint_plan(trace, checkpoint, price)
     acts = plan.activations_bytes
     transient = transient_bytes(trace)
-    overhead = overhead_bytes(spec, acts + transient)
+    overhead = overhead_bytes(spec)
+    reserve = 0
+    if spec.kind != "cpu":  # the CUDA caching allocator's; a CPU's allocator returns memory
+        capacity = spec.memory_bytes - overhead if spec.memory_bytes else None
+        reserve = step_peaks(trace, optimizer, checkpoint, accumulate, capacity).overhead_bytes
     return StepMemory(
-        weights, grads, states, acts, transient, overhead, plan.recompute_s, plan.policy
+        weights,
+        grads,
+        states,
+        acts,
+        transient,
+        overhead,
+        plan.recompute_s,
+        plan.policy,
+        reserve,
     )

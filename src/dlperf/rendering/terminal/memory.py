@@ -15,7 +15,8 @@ TERMS = (
     ("optimizer states", "optimizer_bytes"),
     ("activations (saved for backward)", "activations_bytes"),
     ("largest backward transient", "transient_bytes"),
-    ("overhead (context, workspace, allocator)", "overhead_bytes"),
+    ("caching allocator's reserve", "allocator_bytes"),
+    ("CUDA context and cuBLAS workspace", "overhead_bytes"),
 )
 PER_PARAMETER = ("weights", "gradients", "optimizer states")
 
@@ -29,7 +30,9 @@ def memory_report(r, console: Console | None = None) -> None:
     )
     verdict = "[green]fits[/]" if r.fits else "[red]does not fit[/]"
     console.print(
-        f"peak {gib(r.peak_bytes)} during {r.peak_phase} of {gib(r.capacity_bytes)}: {verdict}"
+        f"peak {gib(r.peak_bytes)} during {r.peak_phase} of {gib(r.capacity_bytes)}: {verdict} "
+        f"(tensors {gib(r.allocated_bytes)}, reserved by the allocator {gib(r.reserved_bytes)}, "
+        f"context and workspace {gib(r.overhead_bytes)})"
     )
     console.print(_breakdown(r))
     if r.recompute_s:
