@@ -21,7 +21,7 @@ How each published model is written in dlperf's terms:
   it for bf16 on the A100), and `--precision bf16` for FSDP's PURE mode (bf16
   parameters, gradients and layer norms; an fp32 master shard), with
   llm-foundry's default loss, flash-attn's fused cross-entropy (bf16 logits,
-  no fp32 log-softmax): the model file `bench/mpt.py`.
+  no fp32 log-softmax: `--loss fused`): the model file `bench/mpt.py`.
 - ResNet-50 v1.5 is torchvision's resnet50 (stride 2 in the 3x3 conv).
 - BERT-large ran Hugging Face's eager attention in 2023 (`--attention eager`).
 
@@ -60,7 +60,7 @@ class Case:
         verb = "plan" if gpus > 1 else ("memory" if self.is_memory else "analyze")
         parts = [f"dlperf {verb} {self.model}"]
         for key, value in self.options.items():
-            if value in (None, False, "none", "auto"):
+            if value in (None, False, "none", "auto", "eager"):
                 continue
             flag = "--" + key.replace("_", "-")
             parts.append(flag if value is True else f"{flag} {value}")
@@ -126,6 +126,7 @@ def case_of(row: dict) -> Case:
     seq_len = int(row["seq_len"]) if row["seq_len"] else None
     if description.startswith("MPT"):
         model = _mpt_model(description, seq_len)
+        options["loss"] = "fused"  # llm-foundry's default: flash-attn's cross-entropy
     elif description.startswith("ResNet-50"):
         model, seq_len = "torchvision:resnet50", None
     elif description.startswith("bert-large"):

@@ -12,12 +12,10 @@ flash-attn's cross-entropy kernel (llmfoundry/models/mpt/modeling_mpt.py,
 and one log-sum-exp per token and writes the logits' gradient in bf16, where
 PyTorch's cross-entropy (Hugging Face's loss) upcasts the logits to fp32
 and saves an fp32 log-softmax: 3 x tokens x vocabulary x 4 B that the
-smaller MPTs at their published micro-batches could not hold.
-
-`FusedCrossEntropy` below runs that kernel's work as aten ops: the
-log-sum-exp read of the logits forward; backward, the softmax, the one-hot
-subtraction and the scale, in the logits' dtype. Targets are the labels
-rolled by one, the last ignored, as `ComposerMPTCausalLM.get_targets` does.
+smaller MPTs at their published micro-batches could not hold. That is
+dlperf's `--loss fused` (`bench/e2e.py` gives it): the model returns its
+logits, and dlperf runs the fused kernel on them. Called with labels it
+computes the eager loss, as Hugging Face's code does.
 """
 
 from __future__ import annotations
@@ -41,31 +39,8 @@ VOCAB = 50368
 IGNORE = -100
 
 
-class FusedCrossEntropy(torch.autograd.Function):
-    """flash-attn's cross-entropy: saves the logits and a log-sum-exp per row."""
-
-    @staticmethod
-    def forward(ctx, logits, targets):
-        lse = torch.logsumexp(logits, dim=-1)
-        kept = targets != IGNORE
-        picked = logits.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-        losses = (lse.float() - picked.float()) * kept
-        count = kept.sum().clamp(min=1)
-        ctx.save_for_backward(logits, lse, targets, count)
-        return losses.sum() / count
-
-    @staticmethod
-    def backward(ctx, grad):
-        logits, lse, targets, count = ctx.saved_tensors
-        dlogits = torch.softmax(logits, dim=-1)  # exp(logits - lse), in the logits' dtype
-        ones = torch.ones_like(targets, dtype=dlogits.dtype).unsqueeze(-1)
-        dlogits.scatter_add_(-1, targets.clamp(min=0).unsqueeze(-1), -ones)
-        dlogits.mul_((grad / count).to(dlogits.dtype))
-        return dlogits, None
-
-
 class MPTCausalLM(nn.Module):
-    """GPT-2's blocks sized as MPT, with llm-foundry's fused cross-entropy."""
+    """GPT-2's blocks sized as MPT; its logits, or with labels the eager loss."""
 
     def __init__(self, d_model: int, n_layers: int, n_heads: int, max_seq_len: int):
         super().__init__()
@@ -87,12 +62,15 @@ class MPTCausalLM(nn.Module):
         self.transformer = gpt2.transformer
         self.lm_head = gpt2.lm_head
 
-    def forward(self, input_ids, labels):
+    def forward(self, input_ids, labels=None):
         hidden = self.transformer(input_ids=input_ids).last_hidden_state
         logits = self.lm_head(hidden)
+        if labels is None:
+            return logits
         targets = torch.roll(labels, shifts=-1, dims=1)
         targets[:, -1] = IGNORE
-        return FusedCrossEntropy.apply(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+        flat = logits.view(-1, logits.shape[-1]).float()  # as Hugging Face upcasts
+        return nn.functional.cross_entropy(flat, targets.reshape(-1), ignore_index=IGNORE)
 
 
 def _factory(size: str, max_seq_len: int):

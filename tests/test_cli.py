@@ -308,7 +308,10 @@ def test_model_options_feed_keywords_the_api_takes():
         (dlperf.advise, ()),
         (dlperf.memory, ("training",)),
         (dlperf.plan, ("training", "batch")),
-        (dlperf.measure, ("optimizer", "attention", "checkpoint", "compile", "cuda_graphs")),
+        (
+            dlperf.measure,
+            ("optimizer", "attention", "checkpoint", "compile", "cuda_graphs", "loss"),
+        ),
     ]:
         takes = set(inspect.signature(function).parameters)
         assert set(model_options(args, omitted)) <= takes, function.__name__

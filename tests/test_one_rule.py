@@ -19,8 +19,11 @@ def test_every_registered_key_is_an_aten_op_of_the_installed_torch():
     attention = ["dlperf.attention.default", "dlperf.attention_backward.default"]
     # and so are the mixture-of-experts layers' (tracing/moe.py)
     moe = ["dlperf.moe.default", "dlperf.moe_backward.default"]
-    assert own == [*attention, *moe, *rnn]
-    assert all(hasattr(torch.ops.dlperf, name.split(".")[1]) for name in attention + moe)
+    # and the fused cross-entropy of --loss fused and chunked (tracing/losses.py)
+    loss = ["dlperf.cross_entropy.default", "dlperf.cross_entropy_backward.default"]
+    assert own == sorted([*attention, *loss, *moe, *rnn])
+    custom = attention + moe + loss
+    assert all(hasattr(torch.ops.dlperf, name.split(".")[1]) for name in custom)
     missing = [p for p in aten if aten_packet(p) is None]
     assert missing == []
 

@@ -42,6 +42,7 @@ def analyze(
     checkpoint: str = "none",
     compile: bool = False,
     cuda_graphs: bool = False,
+    loss: str = "eager",
 ) -> Analysis:
     """Predict every op of one training (or inference) step of `model` on `gpu`.
 
@@ -53,7 +54,9 @@ def analyze(
     runs on fake tensors. A `session` shared between calls traces once.
     The way the step runs: `attention` ("auto", "flash", "efficient",
     "cudnn", "math", "eager"), `checkpoint` ("none", "full", "selective",
-    "every:K"), `compile` (torch.compile) and `cuda_graphs`.
+    "every:K"), `compile` (torch.compile), `cuda_graphs`, and a language
+    model's `loss` ("eager": its own code, "fused": a fused cross-entropy
+    kernel, "chunked": a chunked linear cross-entropy; `tracing.losses`).
     """
     run = resolve(
         model,
@@ -68,6 +71,7 @@ def analyze(
         checkpoint=checkpoint,
         compile=compile,
         cuda_graphs=cuda_graphs,
+        loss=loss,
     )
     return (session or Session()).analysis(run, progress)
 
@@ -87,13 +91,14 @@ def memory(
     attention: str = "auto",
     compile: bool = False,
     cuda_graphs: bool = False,
+    loss: str = "eager",
 ):
     """Memory of one training step per GPU: weights, gradients, optimizer
     states, saved activations (by module), transients, overhead, and the peak.
 
-    `checkpoint` is none, full, selective or every:K (over the model's
-    repeated blocks); `attention`, `compile` and `cuda_graphs` as for
-    `analyze`; `accumulate` splits the batch into that many micro-batches;
+    `checkpoint` is none, full, selective, selective-op or every:K (over the
+    model's repeated blocks); `attention`, `compile`, `cuda_graphs` and `loss`
+    as for `analyze`; `accumulate` splits the batch into that many micro-batches;
     `fit` also finds the largest batch (and sequence length) that fits the GPU:
     `max_batch` is 0 when not even one sample fits (None without `fit`).
     """
@@ -111,6 +116,7 @@ def memory(
         checkpoint=checkpoint,
         compile=compile,
         cuda_graphs=cuda_graphs,
+        loss=loss,
     )
     return memory_report(run, session or Session(), run.checkpoint, accumulate, fit)
 
@@ -141,6 +147,7 @@ def plan(
     ep: int | None = None,
     schedule: str | None = None,
     sequence_parallel: bool | None = None,
+    loss: str = "eager",
 ):
     """Price and rank parallel plans of `model` on `gpus` GPUs: memory per GPU,
     compute, collectives (bytes, time, exposed time), step time, throughput
@@ -178,6 +185,7 @@ def plan(
         checkpoint=checkpoint or "none",
         compile=compile,
         cuda_graphs=cuda_graphs,
+        loss=loss,
     )
     return plan_report(
         run,

@@ -26,6 +26,7 @@ from .models import LoadedModel, load_model, parse_input
 from .optimizer import get_optimizer
 from .precision import AUTO, Precision, resolve_for
 from .tracing import Trace, trace
+from .tracing.losses import LOSSES
 from .tracing.splice import splice
 
 # flash is FlashAttention-2 (also flash2); flash3 and triton are kernels from
@@ -46,6 +47,7 @@ class Run:
     checkpoint: str = "none"
     compile: bool = False
     cuda_graphs: bool = False
+    loss: str = "eager"  # how a language model's loss runs (`tracing.losses`)
     # The run this one varies by a few modules (a fix of the advice): its
     # trace can be spliced rather than traced whole. Not part of its identity.
     base: Run | None = field(default=None, compare=False, repr=False)
@@ -102,6 +104,7 @@ def resolve(
     checkpoint: str = "none",
     compile: bool = False,
     cuda_graphs: bool = False,
+    loss: str = "eager",
 ) -> Run:
     """The one place where a model name, input shapes, a GPU name and a
     precision name become values; every verb calls it (see `resolve_model`
@@ -120,11 +123,13 @@ def resolve(
     from .training_memory import parse_checkpoint
 
     parse_checkpoint(checkpoint)  # a bad policy is refused before any tracing
-    _refuse_ineffective(spec, training, checkpoint, cuda_graphs)
+    if loss not in LOSSES:
+        raise DlperfError(f"unknown loss {loss!r}; choose from: {', '.join(LOSSES)}")
+    _refuse_ineffective(spec, training, checkpoint, cuda_graphs, loss)
     loaded = resolve_model(model, inputs, batch, seq_len, attention)
     _refuse_idle_checkpoint(loaded, checkpoint)
     return Run(
-        loaded, spec, policy, training, optimizer, attention, checkpoint, compile, cuda_graphs
+        loaded, spec, policy, training, optimizer, attention, checkpoint, compile, cuda_graphs, loss
     )
 
 
@@ -135,12 +140,16 @@ def _no_cuda_graphs() -> DlperfError:
     return DlperfError("--cuda-graphs replays a GPU's kernels; a CPU runs none: drop it")
 
 
-def _refuse_ineffective(spec: HardwareSpec, training: bool, checkpoint: str, cuda_graphs: bool):
+def _refuse_ineffective(
+    spec: HardwareSpec, training: bool, checkpoint: str, cuda_graphs: bool, loss: str = "eager"
+):
     if checkpoint != "none" and not training:
         raise DlperfError(
             f"--checkpoint {checkpoint} recomputes activations in backward, and an inference "
             "pass (--infer) has none: drop it"
         )
+    if loss != "eager" and not training:
+        raise DlperfError(f"--loss {loss} is a training step's loss; --infer has none: drop it")
     if cuda_graphs and spec.kind == "cpu":  # a CPU spec file, or a CPU's spec given
         raise _no_cuda_graphs()
 
@@ -302,6 +311,7 @@ def _trace_options(run: Run) -> dict:
         "precision": run.precision,
         "attention": run.attention,
         "autocast_device": "cpu" if run.spec.kind == "cpu" else "cuda",
+        "loss": run.loss,
     }
 
 

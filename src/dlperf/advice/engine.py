@@ -85,6 +85,7 @@ def advise(
     checkpoint: str = "none",
     compile: bool = False,
     cuda_graphs: bool = False,
+    loss: str = "eager",
 ) -> Advice:
     ctx = _context(
         model,
@@ -100,6 +101,7 @@ def advise(
         checkpoint=checkpoint,
         compile=compile,
         cuda_graphs=cuda_graphs,
+        loss=loss,
     )
     findings = run_rules(ctx, rules)
     known = load_rules()

@@ -309,7 +309,13 @@ def cmd_sweep(args: Namespace) -> None:
 
 # How a run is executed on the GPU, with the value that means "as written":
 # measure runs the model here as written.
-_RUN_WAYS = {"attention": "auto", "checkpoint": "none", "compile": False, "cuda_graphs": False}
+_RUN_WAYS = {
+    "attention": "auto",
+    "checkpoint": "none",
+    "compile": False,
+    "cuda_graphs": False,
+    "loss": "eager",
+}
 
 
 def cmd_measure(args: Namespace) -> None:

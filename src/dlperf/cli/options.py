@@ -12,6 +12,7 @@ from ..errors import DlperfError
 from ..optimizer import OPTIMIZERS
 from ..precision import AUTO, POLICIES
 from ..run import ATTENTION
+from ..tracing.losses import LOSSES
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,15 @@ MODEL_OPTIONS = (
         metavar="POLICY",
         help="activation checkpointing: none, full (every repeated block), selective "
         "(the attention core), every:K (segments of K blocks)",
+    ),
+    option(
+        "--loss",
+        api="loss",
+        default="eager",
+        choices=list(LOSSES),
+        help="a language model's loss: eager (its own code: fp32 logits), fused (a fused "
+        "cross-entropy kernel on the logits as they are), chunked (a chunked linear "
+        "cross-entropy: never the whole logits)",
     ),
     option(
         "--compile",

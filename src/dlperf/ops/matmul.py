@@ -36,10 +36,11 @@ def mm(e: OpEvent, ctx: CostContext) -> Cost | Costed:
     return _product(ctx, e, a, m, n, k, 1, a.nbytes + b.nbytes)
 
 
-@register(aten.addmm, **_MATMUL)
+@register(aten.addmm, aten.addmm_, **_MATMUL)
 def addmm(e: OpEvent, ctx: CostContext) -> Cost | Costed:
     bias, a, b = e.args[0], e.args[1], e.args[2]
-    # The bias is added in the GEMM's epilogue: read once, no extra pass.
+    # The bias is added in the GEMM's epilogue: read once, no extra pass (in
+    # place, addmm_, it is the accumulator: read and written over).
     if float8.runs_fp8(e, ctx):
         return float8.linear_gemm(e, bias_bytes=bias.nbytes)
     if dtype := quantized.linear_dtype(e, ctx):
@@ -55,7 +56,7 @@ def bmm(e: OpEvent, ctx: CostContext) -> Cost:
     return _product(ctx, e, a, m, b.shape[2], k, batch, a.nbytes + b.nbytes)
 
 
-@register(aten.baddbmm, **_MATMUL)
+@register(aten.baddbmm, aten.baddbmm_, **_MATMUL)
 def baddbmm(e: OpEvent, ctx: CostContext) -> Cost:
     c, a, b = e.args[0], e.args[1], e.args[2]
     batch, m, k = a.shape

@@ -25,6 +25,7 @@ import torch
 
 from ..kinds import Category
 from ..tracing import OpEvent
+from ..tracing.losses import CROSS_ENTROPY_BACKWARD_OP, CROSS_ENTROPY_OP
 from .cost import Cost, CostContext, Costed, noted
 from .factories import first, in_bytes, memory_bound, out_bytes, tensor_args
 from .registry import aten_ops, register
@@ -180,3 +181,23 @@ def softmax_backward(e: OpEvent, ctx: CostContext) -> Cost:
         bytes_read=(grad.nbytes + out.nbytes) * passes,
         bytes_written=out_bytes(e),
     )
+
+
+# -- a fused cross-entropy (`tracing.losses`, --loss fused and chunked) --------
+# Forward reads the (N, V) logits once (row max, sum of exponentials, the
+# target's logit) and writes one fp32 log-sum-exp per row; backward reads
+# them again with the log-sum-exp and writes the gradient over them.
+
+
+@register(CROSS_ENTROPY_OP, category=_NORM, family="cross_entropy")
+def fused_cross_entropy(e: OpEvent, ctx: CostContext) -> Cost:
+    logits = first(e)
+    return Cost(flops=FLOPS_PER_ELEMENT["softmax"] * logits.numel, bytes_read=in_bytes(e),
+                bytes_written=out_bytes(e))  # fmt: skip
+
+
+@register(CROSS_ENTROPY_BACKWARD_OP, category=_NORM, family="cross_entropy")
+def fused_cross_entropy_backward(e: OpEvent, ctx: CostContext) -> Cost:
+    logits = tensor_args(e)[1]
+    # exp(x - lse), less one at the target, times the scale: written in place
+    return Cost(flops=4 * logits.numel, bytes_read=in_bytes(e), bytes_written=logits.nbytes)

@@ -31,6 +31,7 @@ from .failures import quiet_torch_logs, raise_explained
 from .hooks import ModuleHooks
 from .inputs import FakeCall, fake_call
 from .inputs import _loss_of as _loss_of  # measurement/ runs the same loss for real
+from .losses import LOSSES, traced_loss
 from .recorder import Recorder
 from .recorder import _storage_key as _storage_key
 from .views import VIEWS, is_free
@@ -58,6 +59,7 @@ def trace(
     progress: Callable[[int], None] | None = None,
     attention: str = "auto",
     autocast_device: str = "cuda",
+    loss: str = "eager",
 ) -> Trace:
     """Run `model(inputs)` (and backward when training) on fake tensors.
 
@@ -67,7 +69,9 @@ def trace(
     dtype, eager as the model's own code calls it (`tracing.attention`).
     `autocast_device` is whose autocast lists a mixed-precision policy follows:
     "cuda" (the GPU's: softmax, norms, exp ... in float32, `tracing.autocast`)
-    or "cpu" (the fake tensors' own, for predictions of this machine)."""
+    or "cpu" (the fake tensors' own, for predictions of this machine).
+    `loss` is how a language model's loss runs: eager (the model's code),
+    fused or chunked (`tracing.losses`)."""
     policy = get_precision(precision)
     if not isinstance(model, nn.Module):
         raise DlperfError(f"expected an nn.Module, got {type(model).__name__}")
@@ -87,7 +91,9 @@ def trace(
     recorder = Recorder(progress, module_types)
     recorder.know_params(call.state)
     hooks = ModuleHooks(model, recorder, training)
-    _run(model, call, hooks, policy, training, attention, autocast_device)
+    if loss not in LOSSES:
+        raise DlperfError(f"unknown loss {loss!r}; choose from: {', '.join(LOSSES)}")
+    _run(model, call, hooks, policy, training, attention, autocast_device, loss)
     return Trace(
         events=recorder.events,
         precision=policy,
@@ -114,6 +120,7 @@ def _run(
     training: bool,
     attention: str = "auto",
     autocast_device: str = "cuda",
+    loss_kind: str = "eager",
 ) -> None:
     """Forward, the loss and (when training) backward, under the recorder.
 
@@ -136,8 +143,11 @@ def _run(
         with hooks.installed(), call.mode, recorder, quiet_torch_logs():
             saving = torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t)
             with autocast, torch.set_grad_enabled(training), saving, sdpa:
-                out = functional_call(model, call.state, call.args, call.kwargs)
-                loss = _loss_of(out) if training else None
+                if training and loss_kind != "eager":
+                    loss = traced_loss(model, call, loss_kind)
+                else:
+                    out = functional_call(model, call.state, call.args, call.kwargs)
+                    loss = _loss_of(out) if training else None
             if training:
                 recorder.phase = "backward"
                 loss.backward()
