@@ -127,6 +127,7 @@ def case_of(row: dict) -> Case:
     if description.startswith("MPT"):
         model = _mpt_model(description, seq_len)
         options["loss"] = "fused"  # llm-foundry's default: flash-attn's cross-entropy
+        options["reduce_dtype"] = "bf16"  # FSDP's PURE mixed precision reduces in bf16
     elif description.startswith("ResNet-50"):
         model, seq_len = "torchvision:resnet50", None
     elif description.startswith("bert-large"):

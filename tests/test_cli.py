@@ -310,7 +310,15 @@ def test_model_options_feed_keywords_the_api_takes():
         (dlperf.plan, ("training", "batch")),
         (
             dlperf.measure,
-            ("optimizer", "attention", "checkpoint", "compile", "cuda_graphs", "loss"),
+            (
+                "optimizer",
+                "attention",
+                "checkpoint",
+                "compile",
+                "cuda_graphs",
+                "loss",
+                "reduce_dtype",
+            ),
         ),
     ]:
         takes = set(inspect.signature(function).parameters)

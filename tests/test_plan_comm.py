@@ -45,11 +45,16 @@ def _plan(profile=None, **layout):
 
 
 def test_fsdp_gathers_every_block_twice_per_micro_batch_and_overlaps_what_it_can():
-    plan = _plan(dp=8, tp=1, pp=1, sharding="fsdp", micro_batches=4)
+    # gradients reduced in bf16 (--reduce-dtype bf16, FSDP's PURE)
+    layout = dict(dp=8, tp=1, pp=1, sharding="fsdp", micro_batches=4)
+    plan = _plan(_profile(reduce_bytes=2), **layout)
     gather, scatter = plan.collectives[0], plan.collectives[1]
     # each block's 1e8 bf16 weights (2e8 B), forward and backward, 4 micro-batches
     assert (gather.op, gather.count, gather.bytes) == ("all_gather", 2 * 8 * 4, 64 * 2e8)
     assert (scatter.op, scatter.count, scatter.bytes) == ("reduce_scatter", 8 * 4, 32 * 2e8)
+    # in fp32, the default, each block's gradients are 4e8 B: twice the bytes and time
+    fp32 = _plan(**layout).collectives[1]
+    assert fp32.bytes == 32 * 4e8 and fp32.time_s == pytest.approx(2 * scatter.time_s)
     one = 7 / 8 * 2e8 / 100e9  # 1.75 ms per gather or scatter over 8 GPUs
     assert gather.time_s == pytest.approx(64 * one)
     # forward: the first gather, then 7 gathers behind 1 ms blocks: 1.75 + 7 x 0.75 ms

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import dlperf
+from dlperf.errors import DlperfError
 from dlperf.parallel import Layout, ModelProfile, memory_per_gpu, parse_schedule, profile
 from dlperf.parallel.memory import block_activations, stage_memory, zero_state_bytes
 from dlperf.run import Session, resolve
@@ -102,8 +103,9 @@ def _profile(**changes) -> ModelProfile:
 
 def test_zero_states_match_the_zero_paper():
     # Rajbhandari et al.: mixed-precision Adam keeps 2 + 2 + K bytes per
-    # parameter, K = 12 (fp32 master weights, momentum, variance).
-    p, psi, nd = _profile(), 7.5e9, 64
+    # parameter, K = 12 (fp32 master weights, momentum, variance), the
+    # gradients reduced in fp16 as DeepSpeed does (--reduce-dtype bf16 here)
+    p, psi, nd = _profile(reduce_bytes=2), 7.5e9, 64
     assert zero_state_bytes(p, 1, nd, psi) == (2 * psi, 2 * psi, 12 * psi / nd)
     assert zero_state_bytes(p, 2, nd, psi) == (2 * psi, 2 * psi / nd, 12 * psi / nd)
     assert zero_state_bytes(p, 3, nd, psi) == (2 * psi / nd, 2 * psi / nd, 12 * psi / nd)
@@ -111,13 +113,20 @@ def test_zero_states_match_the_zero_paper():
     assert sum(zero_state_bytes(p, 1, nd, psi)) / 1e9 == pytest.approx(31.4, abs=0.05)
     assert sum(zero_state_bytes(p, 2, nd, psi)) / 1e9 == pytest.approx(16.6, abs=0.05)
     assert sum(zero_state_bytes(p, 3, nd, psi)) == pytest.approx(1.875e9)
+    # FSDP2's default reduces (and keeps) the sharded gradients in fp32: 4 B each
+    fp32 = _profile()
+    assert zero_state_bytes(fp32, 3, nd, psi)[1] == 4 * psi / nd
+    assert zero_state_bytes(fp32, 1, nd, psi)[1] == 2 * psi  # zero1: backward's own, whole
 
 
 def test_states_per_precision_and_sharding():
     psi = 1e9
-    # FSDP "PURE" bf16: bf16 weights and gradients, an fp32 master and fp32 moments,
-    # all sharded: (2 + 2 + 4 + 8) / 8 = 2 B per parameter on 8 GPUs
-    assert sum(zero_state_bytes(_profile(precision="bf16"), 3, 8, psi)) == 16 * psi / 8
+    # FSDP "PURE" bf16: bf16 weights and gradients (reduced in bf16), an fp32 master
+    # and fp32 moments, all sharded: (2 + 2 + 4 + 8) / 8 = 2 B per parameter on 8 GPUs
+    pure = _profile(precision="bf16", reduce_bytes=2)
+    assert sum(zero_state_bytes(pure, 3, 8, psi)) == 16 * psi / 8
+    # reduced in fp32 (FSDP2's default): the sharded gradients are fp32, (2 + 4 + 12) / 8
+    assert sum(zero_state_bytes(_profile(precision="bf16"), 3, 8, psi)) == 18 * psi / 8
     # unsharded bf16: torch.optim keeps its moments in the weights' dtype, 2 + 2 + 2 x 2
     assert zero_state_bytes(_profile(precision="bf16"), 0, 1, psi) == (2 * psi, 2 * psi, 4 * psi)
     # unsharded AMP: fp32 master + bf16 copy (6), fp32 gradients (4), fp32 moments (8)
@@ -169,8 +178,11 @@ def test_fsdp_holds_two_gathered_blocks_and_one_block_of_gradients():
     p = _profile(params=1_000_000_000, block_params=800_000_000, pre_params=200_000_000)
     at = Layout(dp=8, tp=1, pp=1, sharding="fsdp")
     mem = memory_per_gpu(p, spec, at)
-    # (2 prefetched + 1 of gradients) x 1e8 x 2 B + the root unit gathered: 2e8 x 2 B
-    assert mem.buffers_bytes == 3 * 1e8 * 2 + 2e8 * 2
+    # 2 prefetched blocks x 1e8 x 2 B, one block of gradients cast to the fp32 reduce
+    # dtype (1e8 x 4 B), and the root unit gathered: 2e8 x 2 B
+    assert mem.buffers_bytes == 2 * 1e8 * 2 + 1e8 * 4 + 2e8 * 2
+    bf16 = memory_per_gpu(dataclasses.replace(p, reduce_bytes=2), spec, at)
+    assert mem.buffers_bytes - bf16.buffers_bytes == 1e8 * (4 - 2)
     assert mem.weights_bytes == 2 * 1e9 / 8 and mem.optimizer_bytes == 12 * 1e9 / 8
     # DDP's buckets copy the gradients (fp32 under AMP)
     ddp = memory_per_gpu(p, spec, Layout(dp=8, tp=1, pp=1))
@@ -208,3 +220,30 @@ def test_the_loss_holds_tokens_x_vocabulary():
     assert p.post_activations_bytes - log_softmax < tokens * 64 * 6 + 2048
     # its backward holds the incoming gradient and its own output: twice the log-softmax
     assert p.post_transient_bytes == 2 * log_softmax
+
+
+def test_fsdp_mixed_precision_runs_in_the_compute_dtype():
+    # issue 23, item 4: FSDP's mixed precision casts the gathered weights to bf16
+    # and runs without autocast. An amp-bf16 plan's FSDP layout is priced from the
+    # bf16 trace (no fp32 residual stream, no fp32 casts beside each linear): its
+    # activations and forward-backward are those of --precision bf16, its states
+    # the policy's (the same under FSDP: fp32 sharded masters and moments)
+    common = dict(gpu="h100", gpus=8, micro_batch=2, seq_len=256, dp=8, tp=1, pp=1)
+    common.update(checkpoint="none", sharding="fsdp")
+    model = "hf:gpt2:layers=2,hidden=256,heads=4"
+    amp = dlperf.plan(model, precision="amp-bf16", **common).best
+    pure = dlperf.plan(model, precision="bf16", **common).best
+    assert amp.memory.activations_bytes == pure.memory.activations_bytes
+    assert amp.memory.optimizer_bytes == pure.memory.optimizer_bytes
+    # under DDP the same policy keeps autocast's fp32 tensors: more activations
+    ddp = dict(common, sharding="none")
+    assert dlperf.plan(model, precision="amp-bf16", **ddp).best.memory.activations_bytes > (
+        amp.memory.activations_bytes
+    )
+
+
+def test_reduce_dtype_is_refused_where_no_gradient_is_reduced():
+    with pytest.raises(DlperfError, match="one GPU's step reduces none"):
+        dlperf.memory("hf:gpt2:layers=1", reduce_dtype="bf16")
+    with pytest.raises(DlperfError, match="unknown --reduce-dtype"):
+        dlperf.plan("hf:gpt2:layers=1", reduce_dtype="fp8")

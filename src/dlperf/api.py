@@ -13,7 +13,7 @@ from .errors import DlperfError
 from .hardware import HardwareSpec
 from .hardware import gpu as get_gpu
 from .precision import resolve_for
-from .run import Run, Session, resolve, resolve_model
+from .run import Run, Session, refuse_reduce_dtype, resolve, resolve_model
 
 __all__ = [
     "analyze",
@@ -43,6 +43,7 @@ def analyze(
     compile: bool = False,
     cuda_graphs: bool = False,
     loss: str = "eager",
+    reduce_dtype: str | None = None,
 ) -> Analysis:
     """Predict every op of one training (or inference) step of `model` on `gpu`.
 
@@ -57,7 +58,9 @@ def analyze(
     "every:K"), `compile` (torch.compile), `cuda_graphs`, and a language
     model's `loss` ("eager": its own code, "fused": a fused cross-entropy
     kernel, "chunked": a chunked linear cross-entropy; `tracing.losses`).
+    `reduce_dtype` is refused: one GPU's step reduces no gradients (`plan`).
     """
+    refuse_reduce_dtype(reduce_dtype)
     run = resolve(
         model,
         inputs,
@@ -92,6 +95,7 @@ def memory(
     compile: bool = False,
     cuda_graphs: bool = False,
     loss: str = "eager",
+    reduce_dtype: str | None = None,
 ):
     """Memory of one training step per GPU: weights, gradients, optimizer
     states, saved activations (by module), transients, overhead, and the peak.
@@ -104,6 +108,7 @@ def memory(
     """
     from .training_memory import memory_report
 
+    refuse_reduce_dtype(reduce_dtype)
     run = resolve(
         model,
         inputs,
@@ -148,6 +153,7 @@ def plan(
     schedule: str | None = None,
     sequence_parallel: bool | None = None,
     loss: str = "eager",
+    reduce_dtype: str | None = None,
 ):
     """Price and rank parallel plans of `model` on `gpus` GPUs: memory per GPU,
     compute, collectives (bytes, time, exposed time), step time, throughput
@@ -159,8 +165,10 @@ def plan(
     (none, zero1, zero2, fsdp = ZeRO-3, hsdp = sharded within a node),
     `schedule` (gpipe, 1f1b, interleaved:V), `sequence_parallel`, and
     `checkpoint` (none, full, selective, every:K; None searches none,
-    selective and full). The micro-batch is traced, not searched: given, or
-    the inputs' batch (1 for a named model's default inputs)."""
+    selective and full). `reduce_dtype` (fp32, the default, or bf16) is the
+    dtype sharded data parallelism reduce-scatters gradients in. The
+    micro-batch is traced, not searched: given, or the inputs' batch (1 for a
+    named model's default inputs)."""
     from .parallel import Fixed, plan_report
 
     if gpus < 1 or gpus_per_node < 1:
@@ -186,6 +194,7 @@ def plan(
         compile=compile,
         cuda_graphs=cuda_graphs,
         loss=loss,
+        reduce_dtype=reduce_dtype,
     )
     return plan_report(
         run,

@@ -29,6 +29,20 @@ from .tracing import Trace, trace
 from .tracing.losses import LOSSES
 from .tracing.splice import splice
 
+# The dtypes sharded data parallelism reduces gradients in: FSDP2's and
+# torchtitan's default fp32, or bf16 (FSDP's PURE mixed precision).
+REDUCE_DTYPES = ("fp32", "bf16")
+
+
+def refuse_reduce_dtype(reduce_dtype: str | None) -> None:
+    """A single GPU's step (analyze, memory, advise) reduces no gradients."""
+    if reduce_dtype is not None:
+        raise DlperfError(
+            f"--reduce-dtype {reduce_dtype} is how data parallelism reduces the gradients, and "
+            "one GPU's step reduces none: give it to dlperf plan, or drop it"
+        )
+
+
 # flash is FlashAttention-2 (also flash2); flash3 and triton are kernels from
 # outside PyTorch that a model's SDPA calls are priced as.
 ATTENTION = ("auto", "flash", "flash2", "flash3", "cudnn", "efficient", "triton", "math", "eager")
@@ -48,6 +62,8 @@ class Run:
     compile: bool = False
     cuda_graphs: bool = False
     loss: str = "eager"  # how a language model's loss runs (`tracing.losses`)
+    # the dtype data parallelism reduce-scatters sharded gradients in (FSDP's reduce_dtype)
+    reduce_dtype: str = "fp32"
     # The run this one varies by a few modules (a fix of the advice): its
     # trace can be spliced rather than traced whole. Not part of its identity.
     base: Run | None = field(default=None, compare=False, repr=False)
@@ -105,6 +121,7 @@ def resolve(
     compile: bool = False,
     cuda_graphs: bool = False,
     loss: str = "eager",
+    reduce_dtype: str | None = None,
 ) -> Run:
     """The one place where a model name, input shapes, a GPU name and a
     precision name become values; every verb calls it (see `resolve_model`
@@ -125,11 +142,26 @@ def resolve(
     parse_checkpoint(checkpoint)  # a bad policy is refused before any tracing
     if loss not in LOSSES:
         raise DlperfError(f"unknown loss {loss!r}; choose from: {', '.join(LOSSES)}")
+    reduce_dtype = reduce_dtype or "fp32"
+    if reduce_dtype not in REDUCE_DTYPES:
+        raise DlperfError(
+            f"unknown --reduce-dtype {reduce_dtype!r}; choose from: {', '.join(REDUCE_DTYPES)}"
+        )
     _refuse_ineffective(spec, training, checkpoint, cuda_graphs, loss)
     loaded = resolve_model(model, inputs, batch, seq_len, attention)
     _refuse_idle_checkpoint(loaded, checkpoint)
     return Run(
-        loaded, spec, policy, training, optimizer, attention, checkpoint, compile, cuda_graphs, loss
+        loaded,
+        spec,
+        policy,
+        training,
+        optimizer,
+        attention,
+        checkpoint,
+        compile,
+        cuda_graphs,
+        loss,
+        reduce_dtype,
     )
 
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from ..errors import DlperfError
 from ..precision import precision as get_precision
-from ..run import Session, resolve
+from ..run import Session, refuse_reduce_dtype, resolve
 from . import Advice, Finding, fixes, load_rules, mechanical_rules
 from .context import AdviceContext, Step
 
@@ -86,7 +86,9 @@ def advise(
     compile: bool = False,
     cuda_graphs: bool = False,
     loss: str = "eager",
+    reduce_dtype: str | None = None,
 ) -> Advice:
+    refuse_reduce_dtype(reduce_dtype)  # one GPU's step: no gradient reduction
     ctx = _context(
         model,
         inputs,

@@ -315,6 +315,7 @@ _RUN_WAYS = {
     "compile": False,
     "cuda_graphs": False,
     "loss": "eager",
+    "reduce_dtype": None,
 }
 
 

@@ -11,7 +11,7 @@ from ..dtypes import DTYPES
 from ..errors import DlperfError
 from ..optimizer import OPTIMIZERS
 from ..precision import AUTO, POLICIES
-from ..run import ATTENTION
+from ..run import ATTENTION, REDUCE_DTYPES
 from ..tracing.losses import LOSSES
 
 
@@ -196,6 +196,13 @@ MODEL_OPTIONS = (
         help="a language model's loss: eager (its own code: fp32 logits), fused (a fused "
         "cross-entropy kernel on the logits as they are), chunked (a chunked linear "
         "cross-entropy: never the whole logits)",
+    ),
+    option(
+        "--reduce-dtype",
+        api="reduce_dtype",
+        choices=list(REDUCE_DTYPES),
+        help="plan: the dtype sharded data parallelism reduce-scatters gradients in (default "
+        "fp32, as FSDP2 and torchtitan; bf16 as FSDP's PURE mixed precision)",
     ),
     option(
         "--compile",

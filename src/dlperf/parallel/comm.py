@@ -20,8 +20,10 @@ said):
   backward (FULL_SHARD frees it after forward) and its gradients
   reduce-scattered, for every micro-batch; prefetch overlaps each with the
   neighbouring block's compute: exposed = the first gather, plus per block
-  max(0, comm - compute), plus the last reduce-scatter. hsdp adds an
-  all-reduce of each gradient shard across the node replicas.
+  max(0, comm - compute), plus the last reduce-scatter. The weights move in
+  the math dtype, the gradients in the reduce dtype (`--reduce-dtype`: fp32
+  unless told). hsdp adds an all-reduce of each gradient shard across the
+  node replicas.
 - zero2: the gradients are reduce-scattered for every micro-batch
   (bucketed, overlapped with its backward).
 - pp: each micro-batch crosses each stage boundary once forward and once
@@ -147,14 +149,15 @@ def _fsdp(profile: ModelProfile, net: Interconnect, at: Layout, times: StageTime
     if profile.blocks:  # experts are split by ep as well
         per_block -= profile.expert_params / profile.blocks / at.tp * (1 - 1 / at.ep)
     block_bytes = per_block * math_bytes
-    root_bytes = (profile.params - profile.block_params) / at.tp * math_bytes
+    grad_bytes = per_block * profile.reduce_bytes
+    root = (profile.params - profile.block_params) / at.tp
     shards, stride = at.shard_ranks, at.model_parallel
     gather = _ring("all_gather", "dp", block_bytes, shards, stride, net)
-    scatter = _ring("reduce_scatter", "dp", block_bytes, shards, stride, net)
-    root_gather = _ring("all_gather", "dp", root_bytes, shards, stride, net)
-    root_scatter = _ring("reduce_scatter", "dp", root_bytes, shards, stride, net)
+    scatter = _ring("reduce_scatter", "dp", grad_bytes, shards, stride, net)
+    root_gather = _ring("all_gather", "dp", root * math_bytes, shards, stride, net)
+    root_scatter = _ring("reduce_scatter", "dp", root * profile.reduce_bytes, shards, stride, net)
     across = at.replicas
-    replica = _ring("all_reduce", "dp-replicas", block_bytes / shards, across, stride * shards, net)
+    replica = _ring("all_reduce", "dp-replicas", grad_bytes / shards, across, stride * shards, net)
     backward_comm = gather.one_s + scatter.one_s + replica.one_s
     forward_exposed = gather.one_s + (blocks - 1) * max(0.0, gather.one_s - times.block_forward_s)
     backward_exposed = blocks * max(0.0, backward_comm - times.block_backward_s) + scatter.one_s
@@ -169,14 +172,18 @@ def _fsdp(profile: ModelProfile, net: Interconnect, at: Layout, times: StageTime
     return out
 
 
-def _grad_bytes(profile: ModelProfile, at: Layout) -> float:
-    """Gradient bytes one GPU reduces: its stage's share, in the weights' dtype
-    without sharding (fp32 under AMP), the math dtype under ZeRO."""
+def _held_params(profile: ModelProfile, at: Layout) -> float:
+    """The parameters one GPU's stage holds (its tp share, its experts' ep share)."""
     dense = profile.block_params - profile.expert_params
     held = (dense / at.pp + profile.expert_params / (at.pp * at.ep)) / at.tp
-    held += (profile.params - profile.block_params) / at.tp
-    word = math_weight_bytes(profile) if at.zero else profile.precision.grad_bytes
-    return held * word
+    return held + (profile.params - profile.block_params) / at.tp
+
+
+def _grad_bytes(profile: ModelProfile, at: Layout) -> float:
+    """Gradient bytes one GPU reduces: its stage's share, in the weights' dtype
+    without sharding (fp32 under AMP), the reduce dtype under ZeRO."""
+    word = profile.reduce_bytes if at.zero else profile.precision.grad_bytes
+    return _held_params(profile, at) * word
 
 
 def _bucketed_exposure(ring: _Ring, backward_s: float) -> float:
@@ -205,7 +212,8 @@ def _per_step(
     if at.zero == 1:
         ring = _ring("reduce_scatter", "dp", grads, at.dp, stride, net)
         out.append((ring, 1, _bucketed_exposure(ring, backward)))
-    gather = _ring("all_gather", "dp", grads, at.dp, stride, net)  # the updated weights
+    weights = _held_params(profile, at) * math_weight_bytes(profile)  # the updated weights
+    gather = _ring("all_gather", "dp", weights, at.dp, stride, net)
     out.append((gather, 1, gather.one_s))
     return out
 

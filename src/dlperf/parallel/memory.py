@@ -109,7 +109,9 @@ def zero_state_bytes(
     masters = ZERO_MASTER_BYTES if math_bytes < ZERO_MASTER_BYTES else 0
     k = masters + _states_per_param(profile, ZERO_STATE_WORD_BYTES)
     weights = math_bytes * params / (shards if zero >= 3 else 1)
-    grads = math_bytes * params / (shards if zero >= 2 else 1)
+    # sharded gradients are kept as reduced (the reduce dtype); zero1's whole
+    # ones as backward made them, in the math dtype
+    grads = (profile.reduce_bytes * params / shards) if zero >= 2 else math_bytes * params
     return weights, grads, k * params / shards
 
 
@@ -145,8 +147,9 @@ def _buffers(profile: ModelProfile, at: Layout, stage: str, grads: float) -> flo
         return 0.0
     blocks, experts, outside = _stage_params(profile, at, stage)
     per_block = (blocks + experts) / max(stage_blocks(profile, at), 1)
-    gathered = FSDP_GATHERED_BLOCKS + FSDP_GATHERED_GRAD_BLOCKS
-    return math_weight_bytes(profile) * (gathered * per_block + outside)
+    weights = math_weight_bytes(profile) * (FSDP_GATHERED_BLOCKS * per_block + outside)
+    # a block's unsharded gradients, cast to the reduce dtype for their reduce-scatter
+    return weights + profile.reduce_bytes * FSDP_GATHERED_GRAD_BLOCKS * per_block
 
 
 def block_activations(profile: ModelProfile, at: Layout) -> tuple[float, float]:

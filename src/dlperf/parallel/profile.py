@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..dtypes import bytes_per_element
 from ..kinds import Category
 from ..models.inputs import resize_inputs
 from ..moe import moe_facts
@@ -79,6 +80,9 @@ class ModelProfile:
     # the caching allocator's reserve beyond the live tensors, as a share of the
     # activations and backward transient (`training_memory.step_peaks`)
     allocator_share: float = 0.0
+    # bytes per element of the gradients sharded data parallelism reduce-scatters
+    # (`Run.reduce_dtype`: fp32 by default, as FSDP2 and torchtitan)
+    reduce_bytes: int = 4
     heads: int = 0  # attention heads (0: not known; tp must divide them)
     kv_heads: int = 0  # key/value heads (grouped-query attention)
     # predicted seconds per micro-batch (backward includes its recompute)
@@ -375,6 +379,7 @@ def profile(run, session, micro_batch: int) -> ModelProfile:
         activation_itemsize=policy.cast_weight_bytes or policy.master_weight_bytes,
         kv_elements=kv / n,
         allocator_share=_allocator_share(recorded, run),
+        reduce_bytes=bytes_per_element(run.reduce_dtype),
         heads=heads,
         kv_heads=kv_heads,
         block_forward_s=times.get("block_forward", 0.0) / n,

@@ -4,13 +4,22 @@ every layout the fixed dimensions leave open priced, and the plans ranked:
 only those that fit, fastest first; then, nearest to fitting first, those
 that do not, each with what would make it fit. Each layout (dp, tp, pp, cp,
 ep, sharding) is shown once, with its best schedule, sequence parallelism
-and checkpointing."""
+and checkpointing.
+
+Under a mixed-precision policy (amp-bf16, amp-fp16), FSDP layouts are priced
+from a second trace in the compute dtype: FSDP's mixed precision (FSDP2's
+`param_dtype`, FSDP1's `MixedPrecision`) casts the gathered parameters to it
+and runs without autocast, so the residual stream and the activations are
+bf16 with no fp32 casts beside each linear layer. Its states stay those of
+the policy (fp32 sharded masters) and so does the optimizer step."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, replace
 
+from ..dtypes import name_of
+from ..precision import resolve_for
 from ..training_memory import parse_checkpoint
 from .fitting import remedies
 from .network import interconnect_for
@@ -52,6 +61,23 @@ class PlanReport:
         out["fitting"] = self.fitting
         out["plans"] = [p.to_dict() for p in self.plans]
         return out
+
+
+def _fsdp_profiles(run, session, micro_batch: int, profiles: list[ModelProfile]) -> dict:
+    """Per checkpointing policy, the profile FSDP layouts are priced with: the
+    same as the others unless the policy is mixed precision, then traced in
+    the compute dtype (module docstring), with the policy's states and
+    optimizer step."""
+    policy = run.precision
+    if not policy.is_mixed:
+        return {}
+    compute = resolve_for(run.spec, name_of(policy.autocast_dtype), run.training)
+    out = {}
+    for p in profiles:
+        pure = dataclasses.replace(run, precision=compute, checkpoint=p.checkpoint)
+        found = profile(pure, session, micro_batch)
+        out[p.checkpoint] = replace(found, precision=policy, optimizer_s=p.optimizer_s)
+    return out
 
 
 def _policies(checkpoint: str | None, model: ModelProfile) -> list[str]:
@@ -125,13 +151,23 @@ def plan_report(
     ]  # fmt: skip
     net = _network(run, gpus, gpus_per_node, node_network_bytes_per_s, measured_interconnect)
     found = layouts(first, gpus, net.gpus_per_node, batch, fixed, first.tokens_per_sample)
-    priced = [price(p, run.spec, net, at) for p in profiles for at in found]
+    sharded = (
+        _fsdp_profiles(run, session, micro_batch, profiles)
+        if any(at.zero >= 3 for at in found)
+        else {}
+    )
+
+    def priced_with(p: ModelProfile, at) -> ModelProfile:
+        return sharded.get(p.checkpoint, p) if at.zero >= 3 else p
+
+    priced = [price(priced_with(p, at), run.spec, net, at) for p in profiles for at in found]
     shown = _best_per_layout(ranked(priced))
     note = None
     if not shown[0].fits:
         by_policy = {p.checkpoint: p for p in profiles}
         for plan in shown[:REMEDIED_PLANS]:
-            plan.to_fit = remedies(by_policy[plan.checkpoint], run.spec, plan.layout)
+            used = priced_with(by_policy[plan.checkpoint], plan.layout)
+            plan.to_fit = remedies(used, run.spec, plan.layout)
         forced = len(fixed.given) >= 4 or len(shown) == 1
         note = _no_fit_note(shown, run.spec.memory_bytes, run.spec.id, forced)
     return PlanReport(
