@@ -305,3 +305,40 @@ def test_a_fused_lookup_reads_the_rows_it_gathers_not_the_table():
     # scaled rows (4096 B)
     assert found.cost.bytes_read == 4096 + 128
     assert found.cost.bytes_written == 4096
+
+
+def test_a_compiled_step_recomputes_point_wise_chains_instead_of_saving_them():
+    # issue 23, item 5: eager autograd keeps GPT-2's tanh-GELU intermediates in
+    # fp32 under autocast (x, tanh, 1 + tanh, ...) and the bf16 cast of its
+    # result for c_proj; Inductor's partitioner keeps c_fc's bf16 output alone
+    # and recomputes the rest in backward: B x S x 4H x 2 bytes per block
+    from dlperf.run import Session, resolve
+    from dlperf.training_memory import partitioned
+
+    batch, seq, hidden = 2, 64, 64
+    run = resolve(
+        "hf:gpt2:layers=1,hidden=64,heads=2",
+        gpu="a100",
+        batch=batch,
+        seq_len=seq,
+        precision="amp-bf16",
+    )
+    eager = Session().trace(run)
+    compiled = partitioned(eager)
+
+    def saved_in(trace, *modules):
+        return sum(
+            s.nbytes for s in trace.saved if s.kind == "activation" and s.module.endswith(modules)
+        )
+
+    gelu = saved_in(eager, "mlp.act", "mlp.c_proj")
+    assert gelu > 3 * batch * seq * 4 * hidden * 4  # at least three fp32 intermediates
+    assert saved_in(compiled, "mlp.act", "mlp.c_proj") == 0
+    c_fc_output = batch * seq * 4 * hidden * 2
+    assert saved_in(compiled, "mlp.c_fc") == saved_in(eager, "mlp.c_fc") + c_fc_output
+    assert compiled.activation_bytes == eager.activation_bytes - gelu + c_fc_output
+    # the memory verb and the analysis's verdict read the same saved set
+    common = dict(gpu="a100", batch=batch, seq_len=seq, precision="amp-bf16")
+    plain = dlperf.memory("hf:gpt2:layers=1,hidden=64,heads=2", **common)
+    fused = dlperf.memory("hf:gpt2:layers=1,hidden=64,heads=2", compile=True, **common)
+    assert plain.activations_bytes - fused.activations_bytes == gelu - c_fc_output

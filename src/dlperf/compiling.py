@@ -31,8 +31,9 @@ scatters and index_put, ops no handler knows, dlperf's module-level events.
 Simplifications, said here once: a linked part of a run is one kernel even
 where Inductor splits it (two reductions over different axes, a batch
 norm's statistics before its normalization: that second read stays, as the
-handler's re-read hint); the saved set is eager autograd's (Inductor's
-partitioner may recompute cheap ops instead of saving them).
+handler's re-read hint). What the compiled step saves for backward is the
+partitioner's (`training_memory.partitioner`: point-wise chains recomputed
+inside backward's fused kernels rather than saved).
 """
 
 from __future__ import annotations

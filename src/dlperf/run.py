@@ -204,9 +204,11 @@ def _refuse_idle_checkpoint(loaded: LoadedModel, checkpoint: str) -> None:
 def _step_memory(recorded: Trace, run: Run) -> dict:
     """Whether a training step fits its GPU: every verb that prices the step says
     so beside its time (a step that cannot run has no speed)."""
+    from .training_memory.report import saved_as_run
     from .training_memory.step import step_memory
 
-    peak = step_memory(recorded, run.spec, run.optimizer, run.checkpoint).peak_bytes
+    saved = saved_as_run(recorded, run)
+    peak = step_memory(saved, run.spec, run.optimizer, run.checkpoint).peak_bytes
     gpu = run.spec.memory_bytes
     return {"peak_bytes": float(peak), "gpu_bytes": float(gpu), "fits": peak <= gpu}
 

@@ -91,6 +91,12 @@ def costed(event: OpEvent, ctx: CostContext) -> Costed | None:
     return Costed(found.cost, category, family, found.remarks)
 
 
+def labels_of(event: OpEvent) -> tuple[Category, str] | None:
+    """The category and family the event's handler was registered with (None: no handler)."""
+    entry = _REGISTRY.get(event.packet)
+    return (entry.category, entry.family) if entry else None
+
+
 def cost_of(event: OpEvent, ctx: CostContext) -> Cost | None:
     """The event's cost, or None when no handler knows its op."""
     found = costed(event, ctx)

@@ -37,6 +37,7 @@ from ..training_memory import (
     transient_bytes,
 )
 from ..training_memory.checkpointing import op_saved, op_saved_events
+from ..training_memory.report import saved_as_run
 from .tensor_parallel import has_linear_layers, roofline_weight, split_share, split_storages
 
 _ATTENTION_FAMILIES = frozenset({"attention", "softmax"})
@@ -333,7 +334,7 @@ def _moe_fields(trace: Trace) -> dict:
 def profile(run, session, micro_batch: int) -> ModelProfile:
     """One traced step of `run` at the micro-batch size, summarised for the planner."""
     step = run.with_inputs(resize_inputs(run.inputs, batch=micro_batch))
-    recorded = session.trace(step)
+    recorded = saved_as_run(session.trace(step), run)  # compiled: the partitioner's saved set
     analysis = session.analysis(step)
     region = _Regions(recorded)
     split, shares = split_storages(recorded, roofline_weight(run.spec, recorded.precision))

@@ -162,6 +162,21 @@ def meta(x):
     return repr(x)
 
 
+def storage_sizes(events: list[OpEvent]) -> dict[int, int]:
+    """Each storage's bytes: the largest tensor an event writes into it (one
+    output per written storage; otherwise each takes the largest output)."""
+    sizes: dict[int, int] = {}
+    for e in events:
+        if len(e.writes) == len(e.outputs):
+            pairs = zip(e.writes, (o.nbytes for o in e.outputs), strict=True)
+        else:
+            largest = max((o.nbytes for o in e.outputs), default=0)
+            pairs = ((sid, largest) for sid in e.writes)
+        for sid, nbytes in pairs:
+            sizes[sid] = max(sizes.get(sid, 0), nbytes)
+    return sizes
+
+
 def flat_outputs(out) -> tuple[TensorMeta, ...]:
     """The tensors an aten call returned (one level of tuple or list)."""
     if isinstance(out, torch.Tensor):

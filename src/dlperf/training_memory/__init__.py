@@ -33,6 +33,7 @@ from .checkpointing import (
     segments,
     with_recompute,
 )
+from .partitioner import partitioned
 from .report import (
     CHECKPOINT_WHAT_IFS,
     CheckpointOption,
@@ -78,6 +79,7 @@ __all__ = [
     "optimizer_bytes",
     "overhead_bytes",
     "parse_checkpoint",
+    "partitioned",
     "recompute_events",
     "recompute_price",
     "regions",

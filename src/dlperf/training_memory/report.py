@@ -13,6 +13,7 @@ from ..errors import DlperfError
 from ..models.inputs import resize_inputs
 from ..tracing import OpEvent, Trace, within
 from .checkpointing import kept_by_module, parse_checkpoint
+from .partitioner import partitioned
 from .step import StepMemory, step_memory
 
 CHECKPOINT_WHAT_IFS = ("none", "selective", "selective-op", "full", "sqrt")
@@ -94,6 +95,11 @@ class MemoryReport(StepMemory):
         return {k: out[k] for k in run} | terms | peak | tail
 
 
+def saved_as_run(trace: Trace, run) -> Trace:
+    """The trace with what `run` saves for backward: compiled, the partitioner's set."""
+    return partitioned(trace) if run.compile and trace.training else trace
+
+
 def recompute_price(trace: Trace, spec, compiled: bool = False) -> Callable[[list[OpEvent]], float]:
     """The seconds of recompute events on `spec`, priced as the analysis prices
     them (their phase changes nothing in an op's price; `compiled` fuses them
@@ -130,7 +136,7 @@ def memory_report(run, session, checkpoint: str = "none", accumulate: int = 1, f
     micro = full_batch // accumulate
     step = run if accumulate == 1 else run.with_inputs(resize_inputs(run.inputs, batch=micro))
     step = dataclasses.replace(step, training=True)
-    recorded = session.trace(step)
+    recorded = saved_as_run(session.trace(step), run)
     price = recompute_price(recorded, run.spec, run.compile)
     terms = step_memory(recorded, run.spec, run.optimizer, checkpoint, price, accumulate)
     capacity = run.spec.memory_bytes
@@ -172,7 +178,7 @@ def _fit(step, session, checkpoint: str) -> tuple[int, int | None]:
     capacity = step.spec.memory_bytes
 
     def peak_at(inputs) -> int:  # the peak needs no timing
-        recorded = session.trace(step.with_inputs(inputs))
+        recorded = saved_as_run(session.trace(step.with_inputs(inputs)), step)
         return step_memory(recorded, step.spec, step.optimizer, checkpoint).peak_bytes
 
     max_batch = largest(lambda b: peak_at(resize_inputs(step.inputs, batch=b)), capacity)

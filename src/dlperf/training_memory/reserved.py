@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ..kinds import Phase
 from ..optimizer import get_optimizer, state_bytes
 from ..tracing import Trace
+from ..tracing.events import storage_sizes
 from .allocator import AllocatorPeaks, CachingAllocator
 from .checkpointing import with_recompute
 
@@ -50,20 +51,6 @@ def _accesses(events) -> dict[int, list[_Access]]:
     return found
 
 
-def _sizes(events) -> dict[int, int]:
-    """Each storage's bytes: the largest tensor an event writes into it."""
-    sizes: dict[int, int] = {}
-    for e in events:
-        if len(e.writes) == len(e.outputs):
-            pairs = zip(e.writes, (o.nbytes for o in e.outputs), strict=True)
-        else:
-            largest = max((o.nbytes for o in e.outputs), default=0)
-            pairs = ((sid, largest) for sid in e.writes)
-        for sid, nbytes in pairs:
-            sizes[sid] = max(sizes.get(sid, 0), nbytes)
-    return sizes
-
-
 def _timeline(events, inputs: dict[int, int], saved: dict[int, int]):
     """Per event: the storages to allocate before it, the storages to free
     after it, and the gradients it makes (created in backward, never read).
@@ -72,7 +59,7 @@ def _timeline(events, inputs: dict[int, int], saved: dict[int, int]):
     `saved` sizes win over the written tensors' (a dropout mask is saved as
     the GPU keeps it, one byte an element)."""
     accesses = _accesses(events)
-    sizes = _sizes(events) | saved
+    sizes = storage_sizes(events) | saved
     allocs: list[list[tuple[int, int]]] = [[] for _ in events]
     frees: list[list[int]] = [[] for _ in events]
     grads: list[list[tuple[int, int]]] = [[] for _ in events]
