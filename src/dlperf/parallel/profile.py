@@ -406,11 +406,15 @@ def profile(run, session, micro_batch: int) -> ModelProfile:
 
 def _allocator_share(trace: Trace, run) -> float:
     """What the caching allocator reserves beyond the live tensors in one step
-    of `trace`, per byte of its activations and backward transient."""
+    of `trace`, per byte of its activations and backward transient: their own
+    churn, replayed without the weights and optimizer states (a plan shards
+    those; unsharded, a large model's would not fit the replay's GPU)."""
     if run.spec.kind == "cpu":  # no CUDA caching allocator
         return 0.0
     live = checkpoint_plan(trace, run.checkpoint).activations_bytes + transient_bytes(trace)
-    return step_peaks(trace, run.optimizer, run.checkpoint).overhead_bytes / live if live else 0.0
+    if not live:
+        return 0.0
+    return step_peaks(trace, run.optimizer, run.checkpoint, with_states=False).overhead_bytes / live
 
 
 def _peak(analysis) -> float:

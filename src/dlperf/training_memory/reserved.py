@@ -87,9 +87,13 @@ def step_peaks(
     checkpoint: str = "none",
     accumulate: int = 1,
     capacity_bytes: int | None = None,
+    with_states: bool = True,
 ) -> AllocatorPeaks:
     """The allocator's peaks over two optimizer steps of `trace` (one
-    micro-batch) under `checkpoint`, with `accumulate` micro-batches a step."""
+    micro-batch) under `checkpoint`, with `accumulate` micro-batches a step.
+    Without `with_states`, the activations' own churn only: no weights, no
+    optimizer states, and each gradient dropped once made (a plan shards
+    them all; FSDP reduce-scatters a block's gradients as backward leaves it)."""
     events = with_recompute(trace, checkpoint) if trace.training else list(trace.events)
     written = {sid for e in events for sid in e.writes}
     saved = {t.storage: t.nbytes for t in trace.saved if t.kind == "activation"}
@@ -97,7 +101,7 @@ def step_peaks(
     allocs, frees, grads = _timeline(events, inputs, saved)
     pool = CachingAllocator(capacity_bytes)
     word = trace.precision.master_weight_bytes
-    for n, shape in enumerate(trace.param_shapes):
+    for n, shape in enumerate(trace.param_shapes if with_states else ()):
         pool.malloc(("weight", n), word * math.prod(shape))
     for step in range(STEPS if trace.training else 1):
         for micro in range(min(accumulate, MICRO_BATCHES)):
@@ -108,7 +112,7 @@ def step_peaks(
                 for sid, nbytes in allocs[i]:
                     pool.malloc((tag, sid), nbytes)
                 for sid, nbytes in grads[i]:
-                    if micro == 0:
+                    if with_states and micro == 0:
                         pool.malloc(("grad", sid), nbytes)
                     else:  # added into the gradient, then dropped
                         pool.malloc((tag, sid), nbytes)
@@ -119,7 +123,7 @@ def step_peaks(
                 pool.free(key)
         if not trace.training:
             break
-        if step == 0:
+        if step == 0 and with_states:
             _optimizer_states(pool, trace, optimizer, word)
         for key in [k for k in pool.live if k[0] == "grad"]:
             pool.free(key)
