@@ -108,6 +108,11 @@ def test_a_step_replays_as_eager_pytorch_frees():
     # Step 2: storage 1 needs 16 MiB, finds no block that large (the 4 MiB
     # remnant): a new segment; 2 takes the gradient's freed segment.
     assert peaks.reserved_bytes == (12 + 16 + 12 + 16) * MiB
+    # a plan's share: the activations' own churn, without the weights, the
+    # momentum and held gradients (sharded there): storages 1 and 2 (28 MiB),
+    # the gradient made and dropped in 2's freed segment; step 2 reuses both
+    churn = step_peaks(trace, "sgd-momentum", with_states=False)
+    assert churn.allocated_bytes == churn.reserved_bytes == 28 * MiB
 
 
 def test_memory_json_says_allocated_reserved_and_what_fits_is_judged_on():
