@@ -11,6 +11,7 @@ import sys
 import traceback
 
 from ..errors import DlperfError, InternalError, first_line
+from .configured import apply_config
 from .parser import build_parser
 
 STDOUT_FD = 1
@@ -26,6 +27,7 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     try:
+        apply_config(args)
         args.func(args)
         return 0
     except DlperfError as err:

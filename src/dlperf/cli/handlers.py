@@ -24,6 +24,19 @@ def cmd_gpus(args: Namespace) -> None:
     show(gpus(), text.gpus_table, args.json, document=text.gpus_document)
 
 
+def cmd_models(args: Namespace) -> None:
+    from ..models.hub import models_document
+
+    models = models_document()
+    show(models, text.models_table, args.json, document=lambda m: {"models": m})
+
+
+def cmd_explain_config(args: Namespace) -> None:
+    from ..configs import read_config
+
+    show(read_config(args.file, gpus=args.gpus), text.explain_config, args.json)
+
+
 def cmd_gemm(args: Namespace) -> None:
     from ..kernels.gemm import gemm
 

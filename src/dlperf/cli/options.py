@@ -120,12 +120,23 @@ MODEL = option(
     "model",
     api="model",
     metavar="MODEL",
-    help="torchvision:NAME, hf:NAME, timm:NAME or path/to/file.py:factory (a file runs your code)",
+    nargs="?",
+    help="torchvision:NAME, hf:NAME, hf:ORG/NAME (bundled: `dlperf models`), "
+    "hf:path/to/config.json, timm:NAME or path/to/file.py:factory (a file runs your code); "
+    "may come from --config",
+)
+CONFIG = option(
+    "--config",
+    metavar="FILE",
+    help="the run as a framework's config writes it: torchtitan TOML, llm-foundry YAML, "
+    "Megatron-LM arguments, TrainingArguments or config.json, vLLM arguments (flags given "
+    "beside it win; `dlperf explain-config FILE` shows the translation)",
 )
 # Every verb that takes a model takes these; each feeds the API keyword `api`.
 MODEL_OPTIONS = (
     option("--gpu", api="gpu", default="a100", help=GPU_HELP),
     *DEVICE_SETTINGS,
+    CONFIG,
     option(
         "--precision",
         api="precision",
@@ -441,6 +452,7 @@ SERVE = (
     MODEL,
     option("--gpu", default="a100", help=GPU_HELP),
     *DEVICE_SETTINGS,
+    CONFIG,
     option(
         "--precision",
         default="fp16",

@@ -61,4 +61,4 @@ def _add_verb(sub, verb: Verb) -> None:
         target.add_argument(*opt.flags, **opt.kwargs)
     # --debug after the verb too; SUPPRESS keeps the value given before it
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
-    p.set_defaults(func=verb.run, **verb.defaults)
+    p.set_defaults(func=verb.run, verb_parser=p, **verb.defaults)

@@ -54,6 +54,22 @@ REPORT_SERVE = (
 
 VERBS = (
     Verb("gpus", "list the bundled GPU catalogue", do.cmd_gpus, JSON),
+    Verb("models", "list the bundled checkpoints hf:ORG/NAME builds offline", do.cmd_models, JSON),
+    Verb(
+        "explain-config",
+        "the dlperf run a framework's config file becomes, field by field",
+        do.cmd_explain_config,
+        (
+            option(
+                "file",
+                metavar="FILE",
+                help="torchtitan TOML, llm-foundry YAML, Megatron-LM "
+                "arguments, TrainingArguments or config.json, vLLM arguments",
+            ),
+            option("--gpus", type=positive_int, help="GPUs the run has (resolves -1 degrees)"),
+            *JSON,
+        ),
+    ),
     Verb("gemm", "predict one GEMM: C[M,N] = A[M,K] B[K,N]", do.cmd_gemm, GEMM),
     Verb(
         "analyze",

@@ -208,8 +208,10 @@ def _guess_value(text: str):
     return words.get(text.lower(), text)
 
 
-def configure(config, model_type: str, options: dict[str, str]) -> None:
-    """Set each option on the config: short size keys, then any config key."""
+def configure(config, model_type: str, options: dict[str, str], derive: bool = True) -> None:
+    """Set each option on the config: short size keys, then any config key.
+    The head size follows hidden / heads unless set, or, with `derive` off (a
+    checkpoint's own config), unless the options resize either."""
     valid = set(_config_keys(config))
     kv_keys = {"kv_heads", *SIZE_KEYS["kv_heads"]}
     if "heads" in options and not kv_keys & options.keys() and _alias_targets(config, "kv_heads"):
@@ -233,5 +235,7 @@ def configure(config, model_type: str, options: dict[str, str]) -> None:
     # a config that derives head_dim itself (Falcon's read-only property) needs nothing
     derived = isinstance(getattr(type(config), "head_dim", None), property)
     follows = hasattr(config, "head_dim") and getattr(config, "num_attention_heads", 0)
-    if follows and not derived and not chosen & head_dim:  # hidden / heads unless set
+    sizes = {"hidden", "heads", *SIZE_KEYS["hidden"], *SIZE_KEYS["heads"]}
+    derive = derive or bool(sizes & options.keys())
+    if derive and follows and not derived and not chosen & head_dim:  # hidden / heads
         config.head_dim = config.hidden_size // config.num_attention_heads

@@ -12,6 +12,7 @@ from torch import nn
 from ..errors import DlperfError
 from .building import build_without_weights, near
 from .hf_config import HF_PRESETS, SIZE_KEYS, configure, parse_options
+from .hub import config_fields
 from .inputs import DEFAULT_SEQ_LEN
 from .loaded import LoadedModel
 
@@ -74,6 +75,13 @@ def _position_limit(config, model: nn.Module) -> int | None:
 def _config_and_head(spec: str, transformers, config_mapping):
     """The configured config of `spec` and the head to build on it."""
     name, _, options_text = spec.partition(":")
+    fields = config_fields(name)  # a hub id (bundled), a config.json or a checkpoint folder
+    if fields is not None:
+        model_type = fields.pop("model_type")
+        if model_type not in config_mapping:
+            raise DlperfError(f"{name}: model_type {model_type!r} is not in this transformers")
+        config = config_mapping[model_type](**fields)
+        return _finish(config, model_type, None, options_text, transformers, from_file=True)
     if name in HF_PRESETS:
         model_type, task, overrides = HF_PRESETS[name]
     elif name in config_mapping:
@@ -84,9 +92,15 @@ def _config_and_head(spec: str, transformers, config_mapping):
     config = config_mapping[model_type]()
     for key, value in overrides.items():
         setattr(config, key, value)
+    return _finish(config, model_type, task, options_text, transformers)
+
+
+def _finish(config, model_type, task, options_text: str, transformers, from_file: bool = False):
+    """The config with the spec's `key=value` options, and the head to build
+    (a checkpoint's config keeps its own head size unless resized)."""
     options = parse_options(options_text)
     head = options.pop("head", None) or _default_head(model_type, task, config, transformers)
-    configure(config, model_type, options)
+    configure(config, model_type, options, derive=not from_file)
     heads = _heads_of(config, transformers)
     if head not in heads:
         known = head in HEADS

@@ -4,6 +4,7 @@ renderer takes a result and prints it, computing nothing."""
 from .advice import advice_report, applied_report, rules_document, rules_table
 from .analysis import analysis_report
 from .catalog import gemm_report, gpus_document, gpus_table
+from .configs import explain_config, models_table
 from .files import sweeps_list, written
 from .format import gib, seconds
 from .measurement import calibration_document, calibration_report, measure_report, trace_report
@@ -17,6 +18,8 @@ __all__ = [
     "analysis_report",
     "applied_report",
     "calibration_document",
+    "explain_config",
+    "models_table",
     "calibration_report",
     "comm_report",
     "gemm_report",

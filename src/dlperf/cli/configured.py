@@ -1,0 +1,35 @@
+"""`--config FILE` on the command line: the options a framework's config
+sets, filled where the command line left them at their defaults."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import DlperfError
+from .handlers import SIMULATION_FLAGS, SIMULATION_ONLY
+
+
+def apply_config(args: argparse.Namespace) -> None:
+    """Fill the options `--config FILE` sets and the command line left at their
+    defaults (a flag given wins); then make sure a model is named. Serving's
+    scheduler settings (vLLM's --max-num-seqs ...) apply when it simulates."""
+    path = getattr(args, "config", None)
+    if path:
+        from ..configs import read_config
+
+        gpus = getattr(args, "gpus", None)
+        if args.verb == "plan" and gpus is None:  # plan's own default: the nodes', else 8
+            gpus = args.nodes * args.gpus_per_node if args.nodes else 8
+        job = read_config(path, gpus=gpus)
+        values = job.cli_values(args.verb)
+        if args.verb == "serve" and not any(getattr(args, k) for k in SIMULATION_FLAGS):
+            values = {k: v for k, v in values.items() if k not in SIMULATION_ONLY}
+        parser = args.verb_parser
+        for dest, value in values.items():
+            if hasattr(args, dest) and getattr(args, dest) == parser.get_default(dest):
+                setattr(args, dest, value)
+    if hasattr(args, "model") and args.model is None and not getattr(args, "list_rules", False):
+        raise DlperfError(
+            "name a MODEL (hf:NAME, hf:ORG/NAME, torchvision:NAME, file.py:factory), or give "
+            "--config FILE with one"
+        )

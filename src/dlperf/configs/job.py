@@ -1,0 +1,103 @@
+"""A framework's run, as dlperf reads it from the framework's own config file.
+
+`Job` holds what the file says in dlperf's terms: the model, the run's
+options (as the public API's keywords), the batch (per GPU, accumulation,
+global) and the parallel plan; and every field of the file with what it
+became, or why it was ignored (`Field`), so that `dlperf explain-config`
+can show the translation and nothing is dropped unseen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import DlperfError
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of the file: its dotted name, value, and what it became."""
+
+    name: str
+    value: object
+    became: str = ""  # e.g. "--precision amp-bf16"; empty when ignored
+    ignored: str = ""  # why it changes nothing dlperf prices, or "unknown field"
+
+    def to_dict(self) -> dict:
+        out = {"field": self.name, "value": self.value}
+        return out | ({"became": self.became} if self.became else {"ignored": self.ignored})
+
+
+@dataclass
+class Job:
+    """A run read from a config file (module docstring)."""
+
+    format: str  # "torchtitan", "llm-foundry", "megatron", "hf-training", "hf-config", "vllm"
+    path: str
+    model: str | None = None  # a dlperf model name (hf:..., hf:ORG/NAME, hf:path/config.json)
+    options: dict = field(default_factory=dict)  # API keywords: precision, checkpoint, ...
+    micro_batch: int | None = None  # samples per GPU per forward
+    grad_accum: int | None = None
+    global_batch: int | None = None
+    parallel: dict = field(default_factory=dict)  # dp, tp, pp, cp, ep, sharding, schedule, ...
+    serving: dict = field(default_factory=dict)  # serve's options (vLLM)
+    fields: list[Field] = field(default_factory=list)
+
+    def use(self, name: str, value, became: str) -> None:
+        self.fields.append(Field(name, value, became=became))
+
+    def ignore(self, name: str, value, why: str) -> None:
+        self.fields.append(Field(name, value, ignored=why))
+
+    @property
+    def unknown(self) -> list[Field]:
+        return [f for f in self.fields if f.ignored.startswith("unknown")]
+
+    def cli_values(self, verb: str) -> dict:
+        """The command-line values (argparse dests) this job sets for `verb`."""
+        out: dict = {}
+        if self.model:
+            out["model"] = self.model
+        if verb == "serve":
+            return out | self.serving
+        out |= self.options
+        micro, accum = self.micro_batch, self.grad_accum
+        if verb == "plan":
+            out |= self.parallel
+            if micro:
+                out["micro_batch"] = micro
+            if self.global_batch:
+                out["global_batch"] = self.global_batch
+        elif verb == "memory" and micro:
+            out["batch"] = micro * (accum or 1)
+            if accum and accum > 1:
+                out["accumulate"] = accum
+        elif micro:
+            out["batch"] = micro
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "format": self.format,
+            "path": self.path,
+            "model": self.model,
+            "options": self.options,
+            "micro_batch": self.micro_batch,
+            "grad_accum": self.grad_accum,
+            "global_batch": self.global_batch,
+            "parallel": self.parallel,
+            "serving": self.serving,
+            "fields": [f.to_dict() for f in self.fields],
+            "unknown": [f.name for f in self.unknown],
+        }
+
+
+def bad(path: str, where: str, what: str) -> DlperfError:
+    """A malformed config: one line naming the file, the place and the field."""
+    return DlperfError(f"{path}: {where}: {what}")
+
+
+def positive(path: str, name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise bad(path, name, f"expected a positive whole number, got {value!r}")
+    return value

@@ -1,0 +1,209 @@
+"""A Megatron-LM argument list (`pretrain_gpt.py --num-layers ...`), as a
+file: the arguments as a launch script passes them (line continuations,
+comments and the launcher before them are skipped).
+
+The model is built from its sizes: with `--swiglu` (and RMSNorm, rotary
+positions) as a Llama-shaped decoder, otherwise as GPT (learned positions,
+LayerNorm, GELU). `--use-flash-attn` runs flash attention; without it
+Megatron's own core attention (batched GEMMs around its fused
+scale-mask-softmax) is priced as the model's explicit attention
+(`--attention eager`). `--use-distributed-optimizer` shards the optimizer
+states over the data-parallel ranks (ZeRO-1); gradients are reduced in fp32
+unless `--accumulate-allreduce-grads-in-fp32` is off and bf16 is on.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from .job import Job, bad
+
+# flag -> whether it takes a value
+FLAGS_WITH_VALUES = {
+    "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
+    "--num-query-groups", "--seq-length", "--max-position-embeddings",
+    "--micro-batch-size", "--global-batch-size", "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size", "--context-parallel-size",
+    "--expert-model-parallel-size", "--num-experts", "--moe-router-topk",
+    "--moe-ffn-hidden-size", "--recompute-granularity", "--recompute-method",
+    "--recompute-num-layers", "--num-layers-per-virtual-pipeline-stage",
+    "--vocab-size", "--padded-vocab-size", "--normalization", "--position-embedding-type",
+    "--optimizer", "--kv-channels",
+}  # fmt: skip
+SWITCHES = {
+    "--sequence-parallel", "--bf16", "--fp16", "--use-flash-attn", "--swiglu",
+    "--group-query-attention", "--use-distributed-optimizer",
+    "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+    "--accumulate-allreduce-grads-in-fp32", "--use-mcore-models", "--transformer-impl",
+    "--overlap-grad-reduce", "--overlap-param-gather", "--fp8-format",
+}  # fmt: skip
+# Flags that change no step's time or memory (training length, data, logging ...).
+BOOKKEEPING_PREFIXES = (
+    "--train-", "--lr", "--min-lr", "--weight-decay", "--clip-grad", "--adam-", "--init-",
+    "--data-", "--split", "--tokenizer-", "--vocab-file", "--merge-file", "--save",
+    "--load", "--log-", "--eval-", "--tensorboard", "--wandb", "--seed", "--distributed-",
+    "--exit-", "--no-", "--attention-dropout", "--hidden-dropout", "--override-",
+)  # fmt: skip
+GPT2_VOCAB = 50304  # GPT-2's 50257 padded to a multiple of 128, as Megatron pads it
+
+
+def looks_like(text: str) -> bool:
+    return "--num-layers" in text and "--hidden-size" in text
+
+
+def _arguments(text: str) -> list[str]:
+    lines = [line.split("#", 1)[0] for line in text.replace("\\\n", " ").splitlines()]
+    words = shlex.split(" ".join(lines))
+    # after the training script (`torchrun ... pretrain_gpt.py --num-layers ...`),
+    # else from the first flag
+    script = [i for i, w in enumerate(words) if w.endswith(".py")]
+    start = script[-1] + 1 if script else 0
+    first = next((i for i, w in enumerate(words[start:], start) if w.startswith("--")), len(words))
+    return words[first:]
+
+
+def read(text: str, path: str, gpus: int | None) -> Job:
+    job = Job("megatron", path)
+    words, args = _arguments(text), {}
+    i = 0
+    while i < len(words):
+        flag = words[i]
+        if not flag.startswith("--"):
+            raise bad(path, flag, "a value without its flag")
+        takes = flag in FLAGS_WITH_VALUES or (
+            flag not in SWITCHES and i + 1 < len(words) and not words[i + 1].startswith("--")
+        )
+        value = words[i + 1] if takes and i + 1 < len(words) else True
+        args[flag] = value
+        i += 2 if takes else 1
+    _model(job, args, path)
+    _run(job, args, path, gpus)
+    for flag, value in args.items():
+        if any(f.name == flag for f in job.fields):
+            continue
+        if flag.startswith(BOOKKEEPING_PREFIXES):
+            job.ignore(flag, value, "changes no step's time or memory")
+        else:
+            job.ignore(flag, value, "unknown field: not a Megatron-LM flag dlperf knows")
+    return job
+
+
+def _int(args: dict, flag: str, path: str, default: int | None = None) -> int | None:
+    value = args.get(flag, default)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise bad(path, flag, f"expected a whole number, got {value!r}") from None
+    if number <= 0:
+        raise bad(path, flag, f"expected a positive number, got {number}")
+    return number
+
+
+def _model(job: Job, args: dict, path: str) -> None:
+    for flag in ("--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length"):
+        if flag not in args:
+            raise bad(path, flag, "missing: the model's size needs it")
+    layers, hidden = _int(args, "--num-layers", path), _int(args, "--hidden-size", path)
+    heads, seq = _int(args, "--num-attention-heads", path), _int(args, "--seq-length", path)
+    vocab = _int(args, "--padded-vocab-size", path) or _int(args, "--vocab-size", path)
+    vocab = vocab or GPT2_VOCAB
+    positions = _int(args, "--max-position-embeddings", path, seq)
+    swiglu = "--swiglu" in args
+    ffn = _int(args, "--ffn-hidden-size", path) or (
+        int(8 * hidden / 3 / 64 + 0.999) * 64 if swiglu else 4 * hidden
+    )
+    groups = _int(args, "--num-query-groups", path) if "--group-query-attention" in args else heads
+    if swiglu:
+        spec = (
+            f"hf:llama:hidden_size={hidden},num_hidden_layers={layers},"
+            f"num_attention_heads={heads},num_key_value_heads={groups},"
+            f"intermediate_size={ffn},vocab_size={vocab},max_position_embeddings={positions}"
+        )
+    else:
+        spec = (
+            f"hf:gpt2:n_embd={hidden},n_layer={layers},n_head={heads},n_inner={ffn},"
+            f"vocab_size={vocab},n_positions={positions},attn_pdrop=0,resid_pdrop=0,"
+            "embd_pdrop=0"
+        )
+    experts = _int(args, "--num-experts", path)
+    if experts:
+        raise bad(path, "--num-experts", "Megatron MoE configs are not read yet: give hf: an MoE")
+    job.model = spec
+    shape = "a Llama-shaped decoder (SwiGLU)" if swiglu else "GPT (GELU, learned positions)"
+    for flag in ("--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
+                 "--num-query-groups", "--group-query-attention", "--max-position-embeddings",
+                 "--vocab-size", "--padded-vocab-size", "--swiglu", "--normalization",
+                 "--position-embedding-type", "--kv-channels", "--disable-bias-linear",
+                 "--untie-embeddings-and-output-weights"):  # fmt: skip
+        if flag in args:
+            job.use(flag, args[flag], f"the model's size: {shape}")
+    job.options["seq_len"] = seq
+    job.use("--seq-length", seq, f"--seq-len {seq}")
+
+
+def _run(job: Job, args: dict, path: str, gpus: int | None) -> None:
+    micro = _int(args, "--micro-batch-size", path, 1)
+    job.micro_batch = micro
+    job.use("--micro-batch-size", micro, f"micro-batch {micro} per GPU")
+    if "--global-batch-size" in args:
+        job.global_batch = _int(args, "--global-batch-size", path)
+        job.use("--global-batch-size", job.global_batch, f"--global-batch {job.global_batch}")
+    precision = "amp-bf16" if "--bf16" in args else ("amp-fp16" if "--fp16" in args else "fp32")
+    job.options["precision"] = precision
+    for flag in ("--bf16", "--fp16"):
+        if flag in args:
+            job.use(flag, True, f"--precision {precision} (fp32 main weights and gradients)")
+    attention = "auto" if "--use-flash-attn" in args else "eager"
+    job.options["attention"] = attention
+    if "--use-flash-attn" in args:
+        job.use("--use-flash-attn", True, "--attention auto (flash)")
+    tp = _int(args, "--tensor-model-parallel-size", path, 1)
+    pp = _int(args, "--pipeline-model-parallel-size", path, 1)
+    cp = _int(args, "--context-parallel-size", path, 1)
+    plan: dict = {"tp": tp, "pp": pp, "cp": cp}
+    plan["sharding"] = "zero1" if "--use-distributed-optimizer" in args else "none"
+    plan["sequence_parallel"] = "--sequence-parallel" in args and tp > 1
+    chunks = _int(args, "--num-layers-per-virtual-pipeline-stage", path)
+    if pp > 1:
+        layers = _int(args, "--num-layers", path)
+        v = layers // (pp * chunks) if chunks else 1
+        plan["schedule"] = f"interleaved:{v}" if v > 1 else "1f1b"
+    if gpus:
+        if gpus % (tp * pp * cp):
+            raise bad(path, "parallel sizes", f"{gpus} GPUs do not divide into tp x pp x cp")
+        plan["dp"] = gpus // (tp * pp * cp)
+    job.parallel = plan
+    said = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in plan.items())
+    for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                 "--context-parallel-size", "--sequence-parallel", "--use-distributed-optimizer",
+                 "--num-layers-per-virtual-pipeline-stage"):  # fmt: skip
+        if flag in args:
+            job.use(flag, args[flag], said)
+    granularity = args.get("--recompute-granularity")
+    if granularity:
+        policy = {"full": "full", "selective": "selective"}.get(str(granularity))
+        if policy is None:
+            raise bad(
+                path, "--recompute-granularity", f"expected full or selective, got {granularity!r}"
+            )
+        method = args.get("--recompute-method")
+        if policy == "full" and method == "uniform":  # chunks of k layers, inputs kept
+            k = _int(args, "--recompute-num-layers", path, 1)
+            policy = "full" if k == 1 else f"every:{k}"
+        elif policy == "full" and method == "block":  # only the first k layers of a stage
+            job.ignore("--recompute-method", method, "block: priced as every layer recomputed")
+        job.options["checkpoint"] = policy
+        job.use("--recompute-granularity", granularity, f"--checkpoint {policy}")
+        for flag in ("--recompute-method", "--recompute-num-layers"):
+            if flag in args:
+                job.use(flag, args[flag], f"read with --recompute-granularity: {policy}")
+    optimizer = str(args.get("--optimizer", "adam"))
+    job.options["optimizer"] = "sgd-momentum" if optimizer == "sgd" else "adamw"
+    if "--optimizer" in args:
+        job.use("--optimizer", optimizer, f"--optimizer {job.options['optimizer']}")
+    for flag in ("--use-mcore-models", "--transformer-impl", "--overlap-grad-reduce",
+                 "--overlap-param-gather", "--accumulate-allreduce-grads-in-fp32"):  # fmt: skip
+        if flag in args:
+            job.ignore(flag, args[flag], "how Megatron overlaps or builds: its default priced")

@@ -1,0 +1,176 @@
+"""--config FILE and explain-config (configs/): each shipped example becomes
+the run derived here field by field; unknown fields are listed; a malformed
+file is one line naming where. Models by hub id (models/hub.py)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import dlperf
+from dlperf.cli import main
+from dlperf.configs import read_config
+from dlperf.errors import DlperfError
+
+EXAMPLES = Path(__file__).parents[1] / "examples"
+
+
+def test_torchtitan_llama3_8b_becomes_fsdp_with_per_op_checkpointing():
+    job = read_config(EXAMPLES / "torchtitan_llama3_8b.toml", gpus=8)
+    assert job.format == "torchtitan"
+    assert job.model == "hf:meta-llama/Llama-3.1-8B"  # [model] llama3 / 8B
+    assert job.micro_batch == 1  # [training] local_batch_size
+    assert job.options["seq_len"] == 8192
+    assert job.options["precision"] == "amp-bf16"  # mixed_precision_param bfloat16
+    assert job.options["reduce_dtype"] == "fp32"  # mixed_precision_reduce float32
+    assert job.options["checkpoint"] == "selective-op"  # selective, option "op"
+    assert job.options["optimizer"] == "adamw"
+    # data_parallel_shard_degree -1 on 8 GPUs with every other degree 1: FSDP over 8
+    assert job.parallel == {"tp": 1, "pp": 1, "cp": 1, "dp": 8, "sharding": "fsdp"}
+    assert job.global_batch == 8  # global_batch_size left at -1: 1 per rank, no accumulation
+    assert job.unknown == []
+    ignored = {f.name for f in job.fields if f.ignored}
+    assert {"training.max_norm", "optimizer.lr", "job.dump_folder"} <= ignored
+
+
+def test_llm_foundry_mpt_125m_becomes_pure_bf16_fsdp_with_the_fused_loss():
+    job = read_config(EXAMPLES / "llm_foundry_mpt_125m.yaml", gpus=8)
+    assert job.format == "llm-foundry"
+    # GPT-2's blocks sized as MPT: d_model 768, 12 layers, 12 heads, 4 x 768, vocab 50368
+    assert job.model.startswith("hf:gpt2:n_embd=768,n_layer=12,n_head=12,n_inner=3072,")
+    assert "vocab_size=50368,n_positions=2048" in job.model  # ${variables.max_seq_len}
+    assert (job.micro_batch, job.global_batch) == (26, 208)
+    # precision amp_bf16 under FSDP's PURE: bf16 parameters, reduced in bf16
+    assert job.options["precision"] == "bf16" and job.options["reduce_dtype"] == "bf16"
+    assert job.options["loss"] == "fused"  # ComposerMPTCausalLM's default loss_fn
+    assert job.options["attention"] == "auto"  # attn_impl flash
+    assert job.options["checkpoint"] == "none"
+    assert job.parallel == {"sharding": "fsdp", "tp": 1, "pp": 1, "dp": 8}
+    assert job.unknown == []
+
+
+def test_megatron_arguments_become_tp2_sequence_parallel_zero1():
+    job = read_config(EXAMPLES / "megatron_gpt_1.3b.sh", gpus=8)
+    assert job.format == "megatron"
+    # no --swiglu: GPT with a 4 x hidden GELU MLP and GPT-2's padded vocabulary
+    assert job.model.startswith("hf:gpt2:n_embd=2048,n_layer=24,n_head=16,n_inner=8192,")
+    assert (job.micro_batch, job.global_batch) == (4, 256)
+    assert job.options["precision"] == "amp-bf16"
+    assert job.options["attention"] == "auto"  # --use-flash-attn
+    assert job.options["checkpoint"] == "selective"  # --recompute-granularity selective
+    # 8 GPUs / tp 2 = dp 4; the distributed optimizer shards the states (ZeRO-1)
+    assert job.parallel == {
+        "tp": 2,
+        "pp": 1,
+        "cp": 1,
+        "sharding": "zero1",
+        "sequence_parallel": True,
+        "dp": 4,
+    }
+    assert job.unknown == []
+
+
+def test_training_arguments_json_become_micro_batches_for_memory():
+    job = read_config(EXAMPLES / "hf_training_args.json")
+    assert (job.micro_batch, job.grad_accum) == (4, 4)
+    assert job.options == {"checkpoint": "full", "precision": "amp-fp16", "optimizer": "adamw"}
+    # dlperf memory takes the whole batch and splits it: 4 x 4 in 4 micro-batches
+    assert job.cli_values("memory") | {} == {
+        "checkpoint": "full",
+        "precision": "amp-fp16",
+        "optimizer": "adamw",
+        "batch": 16,
+        "accumulate": 4,
+    }
+    assert job.cli_values("analyze")["batch"] == 4  # one micro-batch's step
+
+
+def test_vllm_arguments_become_the_serving_engine():
+    job = read_config(EXAMPLES / "vllm_llama3_8b.sh")
+    assert job.model == "hf:meta-llama/Llama-3.1-8B"
+    assert job.serving == {
+        "tp": 1,
+        "max_num_seqs": 256,
+        "max_num_batched_tokens": 8192,
+        "gpu_memory_utilization": 0.9,
+        "precision": "bf16",  # --dtype bfloat16
+    }
+    assert [f.name for f in job.fields if f.ignored] == ["--port"]
+
+
+def test_a_model_config_json_builds_the_model_it_describes():
+    path = EXAMPLES / "tiny_llama_config.json"
+    job = read_config(path)
+    assert job.model == f"hf:{path}"
+    a = dlperf.analyze(job.model, gpu="a100", batch=1, seq_len=64, precision="amp-bf16")
+    # per layer: q and o 512 x 512, k and v 512 x 256 (4 kv heads of 64), the
+    # SwiGLU MLP 3 x 512 x 1536, two norms of 512; 4 layers; embedding and an
+    # untied head of 32000 x 512; the final norm
+    layer = 2 * 512 * 512 + 2 * 512 * 256 + 3 * 512 * 1536 + 2 * 512
+    assert a.params == 4 * layer + 2 * 32000 * 512 + 512
+
+
+def test_unknown_fields_are_listed_never_dropped(tmp_path):
+    text = (EXAMPLES / "torchtitan_llama3_8b.toml").read_text()
+    path = tmp_path / "job.toml"
+    path.write_text(text.replace("seq_len = 8192", "seq_len = 8192\nturbo = true"))
+    job = read_config(path)
+    assert [f.name for f in job.unknown] == ["training.turbo"]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "says"),
+    [
+        ("job.toml", "[model\nname = 1", "malformed TOML"),
+        ("run.yaml", "model:\n  name: mpt\n    d_model: 1\n", "line 3: malformed YAML"),
+        ("args.json", '{"per_device_train_batch_size": 4,\n}', "line 2"),
+        (
+            "job.toml",
+            '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = "x"\n',
+            "training.local_batch_size: expected a positive whole number",
+        ),
+        ("job.toml", '[model]\nname = "gpt5"\nflavor = "1T"\n[training]\n', "no dlperf model"),
+        ("notes.txt", "hello", "not a config dlperf reads"),
+    ],
+)
+def test_a_malformed_config_is_one_line_naming_where(tmp_path, name, text, says):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(DlperfError, match=says) as err:
+        read_config(path)
+    assert "\n" not in str(err.value) and str(path) in str(err.value)
+
+
+def test_flags_beside_config_win(capsys):
+    config = str(EXAMPLES / "torchtitan_llama3_8b.toml")
+    argv = ["plan", "--config", config, "--gpu", "h100", "--checkpoint", "full", "--json"]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["model"] == "hf:meta-llama/Llama-3.1-8B"
+    assert doc["fixed"]["checkpoint"] == "full"  # the flag, not the file's selective-op
+    assert doc["fixed"]["sharding"] == "fsdp" and doc["fixed"]["dp"] == 8  # the file's
+    assert doc["global_batch"] == 8
+
+
+def test_explain_config_and_models_print_json(capsys):
+    assert main(["explain-config", str(EXAMPLES / "megatron_gpt_1.3b.sh"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["format"] == "megatron" and doc["unknown"] == []
+    became = {f["field"]: f.get("became") for f in doc["fields"]}
+    assert became["--recompute-granularity"] == "--checkpoint selective"
+    assert main(["models", "--json"]) == 0
+    models = {m["id"]: m for m in json.loads(capsys.readouterr().out)["models"]}
+    llama = models["hf:meta-llama/Llama-3.1-8B"]
+    assert llama["source"].startswith("https://huggingface.co/meta-llama/Llama-3.1-8B")
+    assert (llama["layers"], llama["hidden"]) == (32, 4096)
+
+
+def test_a_missing_hub_id_names_the_nearest_and_the_way_out():
+    with pytest.raises(DlperfError, match="nearest: meta-llama/Llama-3.1-8B") as err:
+        dlperf.analyze("hf:meta-llama/Llama-3.1-8b", batch=1, seq_len=16)
+    assert "hf:path/to/config.json" in str(err.value)
+
+
+def test_no_model_and_no_config_is_one_line(capsys):
+    assert main(["analyze", "--gpu", "h100"]) == 2
+    assert "name a MODEL" in capsys.readouterr().err
