@@ -14,9 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import tomllib
-
 from ..errors import DlperfError
+from ..hardware.spec import tomllib
 from . import llm_foundry, megatron, others, torchtitan
 from .job import Field, Job
 
