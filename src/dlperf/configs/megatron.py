@@ -7,7 +7,8 @@ positions) as a Llama-shaped decoder, otherwise as GPT (learned positions,
 LayerNorm, GELU). `--use-flash-attn` runs flash attention; without it
 Megatron's own core attention (batched GEMMs around its fused
 scale-mask-softmax) is priced as the model's explicit attention
-(`--attention eager`). `--use-distributed-optimizer` shards the optimizer
+(`--attention eager`). Its fused bias-GELU (the tanh form) is one kernel:
+GPT-2's `gelu_pytorch_tanh`, not the chain of point-wise ops of `gelu_new`. `--use-distributed-optimizer` shards the optimizer
 states over the data-parallel ranks (ZeRO-1); gradients are reduced in fp32
 unless `--accumulate-allreduce-grads-in-fp32` is off and bf16 is on.
 """
@@ -125,7 +126,7 @@ def _model(job: Job, args: dict, path: str) -> None:
         spec = (
             f"hf:gpt2:n_embd={hidden},n_layer={layers},n_head={heads},n_inner={ffn},"
             f"vocab_size={vocab},n_positions={positions},attn_pdrop=0,resid_pdrop=0,"
-            "embd_pdrop=0"
+            "embd_pdrop=0,activation_function=gelu_pytorch_tanh"
         )
     experts = _int(args, "--num-experts", path)
     if experts:
