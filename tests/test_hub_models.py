@@ -50,3 +50,16 @@ def test_bundled_files_are_json_with_a_model_type():
     for path in HUB_DIR.glob("*.json"):
         doc = json.loads(path.read_text())
         assert "model_type" in doc and "_source" in doc, path.name
+
+
+@pytest.mark.parametrize(
+    "hub_id",
+    [
+        "google/gemma-2-9b:num_hidden_layers=2",  # sliding-window layers, logit softcapping
+        "openai/gpt-oss-20b:num_hidden_layers=2",  # attention sinks, routed experts
+        "deepseek-ai/DeepSeek-V3:num_hidden_layers=4",  # latent attention, shared + routed
+    ],
+)
+def test_distinctive_architectures_serve(hub_id):
+    r = dlperf.serve(f"hf:{hub_id}", gpu="h100", precision="bf16", batch=2)
+    assert r.ttft_s > 0 and r.tpot_s > 0
