@@ -161,7 +161,8 @@ def test_memory_fit_and_settings():
 def test_a_model_that_follows_the_guides_triggers_nothing():
     good = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024))
     advice = dlperf.advise(good, meta(2048, 1024), gpu="a100", precision="amp-bf16")
-    assert advice.findings == []
+    # only the what-if that changes outputs (2:4 pruning, advice without a fix)
+    assert [f.rule for f in advice.findings] == ["sparsity-2-4"]
     assert advice.predicted_time_after_s == advice.predicted_time_s
 
 

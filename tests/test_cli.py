@@ -318,6 +318,7 @@ def test_model_options_feed_keywords_the_api_takes():
                 "cuda_graphs",
                 "loss",
                 "reduce_dtype",
+                "sparsity",
             ),
         ),
     ]:

@@ -44,6 +44,7 @@ def analyze(
     cuda_graphs: bool = False,
     loss: str = "eager",
     reduce_dtype: str | None = None,
+    sparsity: str | None = None,
 ) -> Analysis:
     """Predict every op of one training (or inference) step of `model` on `gpu`.
 
@@ -59,6 +60,8 @@ def analyze(
     model's `loss` ("eager": its own code, "fused": a fused cross-entropy
     kernel, "chunked": a chunked linear cross-entropy; `tracing.losses`).
     `reduce_dtype` is refused: one GPU's step reduces no gradients (`plan`).
+    `sparsity` "2:4" prunes the linear layers' weights and runs their forward
+    and input-gradient GEMMs on the sparse Tensor Cores (`ops/sparse.py`).
     """
     refuse_reduce_dtype(reduce_dtype)
     run = resolve(
@@ -75,6 +78,7 @@ def analyze(
         compile=compile,
         cuda_graphs=cuda_graphs,
         loss=loss,
+        sparsity=sparsity,
     )
     return (session or Session()).analysis(run, progress)
 
@@ -96,6 +100,7 @@ def memory(
     cuda_graphs: bool = False,
     loss: str = "eager",
     reduce_dtype: str | None = None,
+    sparsity: str | None = None,
 ):
     """Memory of one training step per GPU: weights, gradients, optimizer
     states, saved activations (by module), transients, overhead, and the peak.
@@ -122,6 +127,7 @@ def memory(
         compile=compile,
         cuda_graphs=cuda_graphs,
         loss=loss,
+        sparsity=sparsity,
     )
     return memory_report(run, session or Session(), run.checkpoint, accumulate, fit)
 
@@ -154,6 +160,7 @@ def plan(
     sequence_parallel: bool | None = None,
     loss: str = "eager",
     reduce_dtype: str | None = None,
+    sparsity: str | None = None,
 ):
     """Price and rank parallel plans of `model` on `gpus` GPUs: memory per GPU,
     compute, collectives (bytes, time, exposed time), step time, throughput
@@ -195,6 +202,7 @@ def plan(
         cuda_graphs=cuda_graphs,
         loss=loss,
         reduce_dtype=reduce_dtype,
+        sparsity=sparsity,
     )
     return plan_report(
         run,

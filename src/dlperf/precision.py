@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -47,6 +48,9 @@ class Precision:
     quantized_gemms: str = ""
     # A policy for inference only (`resolve_for` refuses it for training).
     inference_only: bool = False
+    # Linear layers' weights pruned 2:4 and their GEMMs on the sparse Tensor
+    # Core path (`ops/sparse.py`, `with_sparsity`).
+    sparse_linear: bool = False
 
     @property
     def is_mixed(self) -> bool:
@@ -122,6 +126,34 @@ def precision(name: str | Precision) -> Precision:
 # `auto` tries these in order.
 AUTO = "auto"
 AUTO_ORDER = ("amp-bf16", "amp-fp16", "fp32")
+
+
+SPARSITIES = ("2:4",)
+# The math a 2:4 sparse GEMM runs in (cuSPARSELt's sparse Tensor Core types
+# this tool prices; fp8 and int8 sparse GEMMs are not).
+SPARSE_MATH = ("tf32", "fp16", "bf16")
+
+
+def with_sparsity(spec, policy: Precision, sparsity: str | None) -> Precision:
+    """`policy` with linear layers' weights pruned `sparsity` (2:4), refused
+    where the GPU has no sparse Tensor Cores (before Ampere) or the policy's
+    GEMMs do not run on them."""
+    if not sparsity:
+        return policy
+    if sparsity not in SPARSITIES:
+        raise DlperfError(f"unknown sparsity {sparsity!r}; dlperf prices 2:4")
+    major = int((spec.compute_capability or "0").split(".")[0])
+    if spec.kind == "cpu" or major < 8:
+        raise DlperfError(
+            f"{spec.id} has no sparse Tensor Cores (2:4 sparsity needs Ampere or later); "
+            "drop --sparsity"
+        )
+    if policy.math not in SPARSE_MATH or policy.quantized_gemms or policy.fp8_linear:
+        raise DlperfError(
+            f"--sparsity 2:4 is priced for {', '.join(SPARSE_MATH)} GEMMs, and "
+            f"--precision {policy.name} runs {policy.math}: use amp-bf16, bf16, fp16 or tf32"
+        )
+    return dataclasses.replace(policy, sparse_linear=True)
 
 
 def resolve_for(spec, name: str | Precision = AUTO, training: bool | None = None) -> Precision:

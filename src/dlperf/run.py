@@ -24,7 +24,7 @@ from .hardware import gpu as get_gpu
 from .kernels.attention import ALIASES as ATTENTION_KERNEL_ALIASES
 from .models import LoadedModel, load_model, parse_input
 from .optimizer import get_optimizer
-from .precision import AUTO, Precision, resolve_for
+from .precision import AUTO, Precision, resolve_for, with_sparsity
 from .tracing import Trace, trace
 from .tracing.losses import LOSSES
 from .tracing.splice import splice
@@ -64,6 +64,7 @@ class Run:
     loss: str = "eager"  # how a language model's loss runs (`tracing.losses`)
     # the dtype data parallelism reduce-scatters sharded gradients in (FSDP's reduce_dtype)
     reduce_dtype: str = "fp32"
+    sparsity: str = ""  # "2:4": linear layers pruned (`precision.with_sparsity`)
     # The run this one varies by a few modules (a fix of the advice): its
     # trace can be spliced rather than traced whole. Not part of its identity.
     base: Run | None = field(default=None, compare=False, repr=False)
@@ -103,7 +104,10 @@ class Run:
         return dataclasses.replace(self, model=model, base=self if inputs is None else None)
 
     def with_precision(self, precision: str | Precision) -> Run:
-        return dataclasses.replace(self, precision=resolve_for(self.spec, precision, self.training))
+        policy = resolve_for(self.spec, precision, self.training)
+        return dataclasses.replace(
+            self, precision=with_sparsity(self.spec, policy, self.sparsity or None)
+        )
 
 
 def resolve(
@@ -122,6 +126,7 @@ def resolve(
     cuda_graphs: bool = False,
     loss: str = "eager",
     reduce_dtype: str | None = None,
+    sparsity: str | None = None,
 ) -> Run:
     """The one place where a model name, input shapes, a GPU name and a
     precision name become values; every verb calls it (see `resolve_model`
@@ -132,7 +137,7 @@ def resolve(
     if cuda_graphs and str(gpu).lower() in ("cpu", "local"):
         raise _no_cuda_graphs()  # before the CPU is probed for nothing
     spec = get_gpu(gpu)
-    policy = resolve_for(spec, precision, training)
+    policy = with_sparsity(spec, resolve_for(spec, precision, training), sparsity)
     get_optimizer(optimizer)
     if attention not in ATTENTION:
         raise DlperfError(f"unknown attention {attention!r}; choose from: {', '.join(ATTENTION)}")
@@ -162,6 +167,7 @@ def resolve(
         cuda_graphs,
         loss,
         reduce_dtype,
+        sparsity or "",
     )
 
 

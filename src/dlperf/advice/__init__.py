@@ -37,6 +37,9 @@ class Rule:
     # (so `advise` need not re-analyse a single fix), or a difference on top of
     # another fix.
     priced_alone: bool = True
+    # A what-if that changes the model's outputs (pruning): shown with its gain,
+    # left out of the step "with every finding applied".
+    changes_outputs: bool = False
 
 
 @dataclass
@@ -55,14 +58,21 @@ class Finding:
         return dict(self.__dict__)
 
 
-def rule(id: str, title: str, source: str, fix: Callable | None = None, priced_alone=True):
+def rule(
+    id: str,
+    title: str,
+    source: str,
+    fix: Callable | None = None,
+    priced_alone=True,
+    changes_outputs=False,
+):
     """Register a rule function `(ctx) -> list[Finding]`, once per id, with its
     mechanical fix when it has one."""
 
     def decorate(check):
         if id in RULES:
             raise ValueError(f"rule {id} registered twice")
-        RULES[id] = Rule(id, title, source, check, fix, priced_alone)
+        RULES[id] = Rule(id, title, source, check, fix, priced_alone, changes_outputs)
         return check
 
     return decorate

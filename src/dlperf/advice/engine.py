@@ -87,6 +87,7 @@ def advise(
     cuda_graphs: bool = False,
     loss: str = "eager",
     reduce_dtype: str | None = None,
+    sparsity: str | None = None,
 ) -> Advice:
     refuse_reduce_dtype(reduce_dtype)  # one GPU's step: no gradient reduction
     ctx = _context(
@@ -104,6 +105,7 @@ def advise(
         compile=compile,
         cuda_graphs=cuda_graphs,
         loss=loss,
+        sparsity=sparsity,
     )
     findings = run_rules(ctx, rules)
     known = load_rules()
@@ -114,7 +116,11 @@ def advise(
         after = ctx.step_time_s - mechanical[0].gain_time_s
     elif mechanical:
         after = ctx.reanalyze(*apply_fixes(ctx, mechanical)).time_s
-    estimated = sum(f.gain_time_s for f in findings if not known[f.rule].fix)
+    estimated = sum(
+        f.gain_time_s
+        for f in findings
+        if not known[f.rule].fix and not known[f.rule].changes_outputs
+    )
     after = max(after - estimated, 0.1 * after)
     return Advice(
         ctx.name, ctx.spec.id, ctx.precision.name, ctx.training, ctx.step_time_s, after, findings

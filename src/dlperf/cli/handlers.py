@@ -329,6 +329,7 @@ _RUN_WAYS = {
     "cuda_graphs": False,
     "loss": "eager",
     "reduce_dtype": None,
+    "sparsity": None,
 }
 
 

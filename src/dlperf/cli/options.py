@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from ..dtypes import DTYPES
 from ..errors import DlperfError
 from ..optimizer import OPTIMIZERS
-from ..precision import AUTO, POLICIES
+from ..precision import AUTO, POLICIES, SPARSITIES
 from ..run import ATTENTION, REDUCE_DTYPES
 from ..tracing.losses import LOSSES
 
@@ -207,6 +207,13 @@ MODEL_OPTIONS = (
         help="a language model's loss: eager (its own code: fp32 logits), fused (a fused "
         "cross-entropy kernel on the logits as they are), chunked (a chunked linear "
         "cross-entropy: never the whole logits)",
+    ),
+    option(
+        "--sparsity",
+        api="sparsity",
+        choices=list(SPARSITIES),
+        help="prune the linear layers' weights 2:4 and run their GEMMs on the sparse Tensor "
+        "Cores (Ampere and later): a what-if, pruning changes the outputs",
     ),
     option(
         "--reduce-dtype",

@@ -8,9 +8,10 @@ LayerNorm, GELU). `--use-flash-attn` runs flash attention; without it
 Megatron's own core attention (batched GEMMs around its fused
 scale-mask-softmax) is priced as the model's explicit attention
 (`--attention eager`). Its fused bias-GELU (the tanh form) is one kernel:
-GPT-2's `gelu_pytorch_tanh`, not the chain of point-wise ops of `gelu_new`. `--use-distributed-optimizer` shards the optimizer
-states over the data-parallel ranks (ZeRO-1); gradients are reduced in fp32
-unless `--accumulate-allreduce-grads-in-fp32` is off and bf16 is on.
+GPT-2's `gelu_pytorch_tanh`, not the chain of point-wise ops of `gelu_new`.
+`--use-distributed-optimizer` shards the optimizer states over the
+data-parallel ranks (ZeRO-1); gradients are reduced in fp32 unless
+`--accumulate-allreduce-grads-in-fp32` is off and bf16 is on.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import torch
 
 from ..kinds import Category
 from ..tracing import OpEvent, TensorMeta
-from . import float8, quantized
+from . import float8, quantized, sparse
 from .cost import Cost, CostContext, Costed
 from .factories import contraction, in_bytes, make_gemm, out_bytes
 from .registry import register
@@ -27,6 +27,8 @@ def _product(ctx: CostContext, e: OpEvent, a: TensorMeta, m, n, k, batch, read) 
 
 @register(aten.mm, **_MATMUL)
 def mm(e: OpEvent, ctx: CostContext) -> Cost | Costed:
+    if sparse.runs_sparse(e, ctx):
+        return sparse.linear_gemm(e, ctx)
     if float8.runs_fp8(e, ctx):
         return float8.linear_gemm(e)
     if dtype := quantized.linear_dtype(e, ctx):
@@ -41,6 +43,8 @@ def addmm(e: OpEvent, ctx: CostContext) -> Cost | Costed:
     bias, a, b = e.args[0], e.args[1], e.args[2]
     # The bias is added in the GEMM's epilogue: read once, no extra pass (in
     # place, addmm_, it is the accumulator: read and written over).
+    if sparse.runs_sparse(e, ctx):
+        return sparse.linear_gemm(e, ctx, bias_bytes=bias.nbytes)
     if float8.runs_fp8(e, ctx):
         return float8.linear_gemm(e, bias_bytes=bias.nbytes)
     if dtype := quantized.linear_dtype(e, ctx):
