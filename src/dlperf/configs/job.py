@@ -49,6 +49,21 @@ class Job:
     def ignore(self, name: str, value, why: str) -> None:
         self.fields.append(Field(name, value, ignored=why))
 
+    def mapped(self, path: str, name: str, value, table: dict, key: str, **how):
+        """`value` through `table` into the options (or `how["into"]`) under
+        `key`, said as `--key value` plus `how["note"]`. A value the table lacks
+        is refused in one line, or with `how["unknown"]` ignored for that reason."""
+        into = how.get("into", self.options)
+        found = table.get(str(value))
+        if found is None:
+            if "unknown" in how:
+                self.ignore(name, value, how["unknown"])
+                return None
+            raise bad(path, name, f"expected one of {', '.join(table)}, got {value!r}")
+        into[key] = found
+        self.use(name, value, f"--{key.replace('_', '-')} {found}{how.get('note', '')}")
+        return found
+
     @property
     def unknown(self) -> list[Field]:
         return [f for f in self.fields if f.ignored.startswith("unknown")]

@@ -129,15 +129,9 @@ def _model(job: Job, model: dict, path: str) -> None:
             job.use(name, value, "the model's size (GPT-2's blocks sized as MPT)")
         elif key == "attn_config":
             impl = (value or {}).get("attn_impl", "flash")
-            if impl not in ATTENTION:
-                raise bad(path, "model.attn_config.attn_impl", f"unknown {impl!r}")
-            job.options["attention"] = ATTENTION[impl]
-            job.use(name, value, f"--attention {ATTENTION[impl]}")
+            job.mapped(path, f"{name}.attn_impl", impl, ATTENTION, "attention")
         elif key == "loss_fn":
-            if value not in LOSSES:
-                raise bad(path, name, f"expected one of {', '.join(LOSSES)}, got {value!r}")
-            job.options["loss"] = LOSSES[value]
-            job.use(name, value, f"--loss {LOSSES[value]}")
+            job.mapped(path, name, value, LOSSES, "loss")
         elif key in ("init_device", "init_config", "no_bias", "learned_pos_emb"):
             job.ignore(name, value, "initialisation and layout details: " + NOT_PRICED)
         else:
@@ -173,12 +167,8 @@ def _optimizer(job: Job, optimizer: dict) -> None:
     for key, value in optimizer.items():
         name = f"optimizer.{key}"
         if key == "name":
-            found = OPTIMIZERS.get(str(value))
-            if found is None:
-                job.ignore(name, value, "unknown optimizer: priced as AdamW")
-            else:
-                job.options["optimizer"] = found
-                note = " (Lion keeps one state, as momentum)" if "lion" in str(value) else ""
-                job.use(name, value, f"--optimizer {found}{note}")
+            note = " (Lion keeps one state, as momentum)" if "lion" in str(value) else ""
+            unknown = "unknown optimizer: priced as AdamW"
+            job.mapped("", name, value, OPTIMIZERS, "optimizer", note=note, unknown=unknown)
         else:
             job.ignore(name, value, f"a hyperparameter: {NOT_PRICED}")

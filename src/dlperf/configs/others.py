@@ -57,12 +57,8 @@ def read_training_arguments(doc: dict, path: str, gpus: int | None) -> Job:
             job.options["checkpoint"] = "full" if value else "none"
             job.use(key, value, f"--checkpoint {job.options['checkpoint']}")
         elif key == "optim":
-            found = HF_OPTIMIZERS.get(str(value))
-            if found is None:
-                job.ignore(key, value, "unknown optimizer: priced as AdamW")
-            else:
-                job.options["optimizer"] = found
-                job.use(key, value, f"--optimizer {found}")
+            unknown = "unknown optimizer: priced as AdamW"
+            job.mapped(path, key, value, HF_OPTIMIZERS, "optimizer", unknown=unknown)
         elif key == "torch_compile":
             job.options["compile"] = bool(value)
             job.use(key, value, "--compile" if value else "eager")
@@ -166,12 +162,9 @@ def _vllm_flag(job: Job, flag: str, value, path: str) -> None:
         job.serving.setdefault("precision", found)
         job.use(flag, value, f"--precision {found}")
     elif flag == "--quantization":
-        found = VLLM_QUANTIZATION.get(str(value))
-        if found is None:
-            job.ignore(flag, value, "unknown field: a quantization dlperf does not price")
-        else:
-            job.serving["precision"] = found
-            job.use(flag, value, f"--precision {found}")
+        unknown = "unknown field: a quantization dlperf does not price"
+        job.mapped(path, flag, value, VLLM_QUANTIZATION, "precision", unknown=unknown,
+                   into=job.serving)  # fmt: skip
     elif flag == "--enforce-eager":
         job.serving["enforce_eager"] = True
         job.use(flag, value, "--enforce-eager")

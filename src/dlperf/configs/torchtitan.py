@@ -99,27 +99,18 @@ def _field(job: Job, name: str, value, path: str) -> None:  # noqa: C901 - one t
         job.options["seq_len"] = positive(path, name, value)
         job.use(name, value, f"--seq-len {value}")
     elif name == "training.mixed_precision_param":
-        if value not in PRECISION:
-            raise bad(path, name, f"expected one of {', '.join(PRECISION)}, got {value!r}")
-        job.options["precision"] = PRECISION[value]
-        job.use(name, value, f"--precision {PRECISION[value]} (FSDP runs it without autocast)")
+        note = " (FSDP runs it without autocast)"
+        job.mapped(path, name, value, PRECISION, "precision", note=note)
     elif name == "training.mixed_precision_reduce":
-        if value not in REDUCE:
-            raise bad(path, name, f"expected one of {', '.join(REDUCE)}, got {value!r}")
-        job.options["reduce_dtype"] = REDUCE[value]
-        job.use(name, value, f"--reduce-dtype {REDUCE[value]}")
+        job.mapped(path, name, value, REDUCE, "reduce_dtype")
     elif name == "training.compile":  # older torchtitan: compile under [training]
         _compile(job, name, value)
     elif name.startswith("training.") or name.startswith("parallelism."):
         _known_ignored(job, name, value)
     elif name.startswith("optimizer."):
         if name == "optimizer.name":
-            found = OPTIMIZERS.get(str(value).lower())
-            if found is None:
-                job.ignore(name, value, "unknown optimizer: priced as AdamW")
-            else:
-                job.options["optimizer"] = found
-                job.use(name, value, f"--optimizer {found}")
+            unknown = "unknown optimizer: priced as AdamW"
+            job.mapped(path, name, str(value).lower(), OPTIMIZERS, "optimizer", unknown=unknown)
         else:
             job.ignore(name, value, f"a hyperparameter: {NOT_PRICED}")
     elif name.startswith("activation_checkpoint."):
