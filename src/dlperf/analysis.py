@@ -10,6 +10,7 @@ never as free. Every aggregate is a sum over the rows (`tally`).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -207,6 +208,33 @@ class Analysis:
             out["tokens_per_s"] = self.tokens / time_s
         return out
 
+    @property
+    def energy(self):
+        """The step's joules on its GPU (`kernels.energy`); None on a CPU."""
+        from .kernels.energy import step_energy
+
+        return step_energy(self)
+
+    def run_totals(
+        self, steps: int | None = None, tokens: int | None = None, price: float | None = None
+    ) -> dict:
+        """A run of `steps` steps (or enough for `tokens` tokens) on this GPU:
+        its time, energy, and with `price` per GPU-hour its cost, per run,
+        per step and per million tokens."""
+        if tokens and self.tokens:
+            steps = math.ceil(tokens / self.tokens)
+        steps = steps or 1
+        energy = self.energy
+        out = {"steps": steps, "time_s": steps * self.step_time_s}
+        out["energy_j"] = steps * energy.joules if energy else None
+        if price is not None:
+            per_step = price * self.step_time_s / 3600
+            out["cost"] = {"price_per_gpu_hour": price, "per_run": steps * per_step,
+                           "per_step": per_step}  # fmt: skip
+            if self.tokens:
+                out["cost"]["per_million_tokens"] = per_step * 1e6 / self.tokens
+        return out
+
     def top(self, n: int = 10) -> list[OpRow]:
         return sorted(self.rows, key=lambda r: r.time_s, reverse=True)[:n]
 
@@ -223,6 +251,7 @@ class Analysis:
             "host": self.host.to_dict() if self.host else None,
             "throughput": self.throughput,
             "mfu": self.mfu,
+            "energy": self.energy.to_dict() if self.energy else None,
             "phases": self.phases,
             "categories": self.categories,
             "modules": self.modules(depth=2),

@@ -50,13 +50,17 @@ def cmd_analyze(args: Namespace) -> None:
 
     with Spinner(f"tracing {args.model}", quiet=args.json) as progress:
         result = analyze(**model_options(args), progress=progress)
-    show(result, text.analysis_report, args.json, document=_at_depth(args.depth), top=args.top,
-         depth=args.depth)  # fmt: skip
+    run = None
+    if args.steps or args.tokens or args.price_per_gpu_hour is not None:
+        run = result.run_totals(args.steps, args.tokens, args.price_per_gpu_hour)
+    show(result, text.analysis_report, args.json, document=_at_depth(args.depth, run),
+         top=args.top, depth=args.depth, run=run)  # fmt: skip
 
 
-def _at_depth(depth: int):
-    """The analysis's JSON with its modules at --depth, as the table shows them."""
-    return lambda a: {**a.to_dict(), "modules": a.modules(depth=depth)}
+def _at_depth(depth: int, run: dict | None = None):
+    """The analysis's JSON with its modules at --depth, as the table shows them,
+    and the run's totals when asked (--steps, --tokens, --price-per-gpu-hour)."""
+    return lambda a: {**a.to_dict(), "modules": a.modules(depth=depth), "run": run}
 
 
 def _top_plans(top: int):

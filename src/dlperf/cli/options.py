@@ -357,6 +357,19 @@ PLAN = (
     ),
 )
 
+# A training run's length and price: its time, energy and cost (analyze).
+RUN_TOTALS = (
+    option("--steps", type=positive_int, help="the run's steps: its time, energy and cost"),
+    option("--tokens", type=positive_int, help="the run's tokens (instead of --steps)"),
+    option(
+        "--price-per-gpu-hour",
+        type=positive_float,
+        metavar="PRICE",
+        help="what one GPU-hour costs: cost per step, per run and per million tokens "
+        "(default: none, energy only)",
+    ),
+)
+
 APPLY_HELP = "apply these automatic fixes and print the predicted before/after"
 ADVICE = (
     option("--list-rules", action="store_true", help="list the rules and their sources"),

@@ -17,6 +17,7 @@ from .options import (
     MODEL,
     MODEL_OPTIONS,
     PLAN,
+    RUN_TOTALS,
     SERVE,
     SWEEP,
     TRACE,
@@ -79,6 +80,7 @@ VERBS = (
             *WITH_MODEL,
             top(15, "ops"),
             option("--depth", type=positive_int, default=2, help="module tree depth"),
+            *RUN_TOTALS,
         ),
     ),
     Verb(

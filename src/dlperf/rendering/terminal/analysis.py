@@ -12,9 +12,13 @@ from ..modules import module_tree
 from .format import PHASE, gib, seconds, shapes_text, short_op, si, wide_console
 
 
-def analysis_report(a, top: int = 15, depth: int = 2, console: Console | None = None) -> None:
+def analysis_report(
+    a, top: int = 15, depth: int = 2, console: Console | None = None, run: dict | None = None
+) -> None:
     console = console or wide_console()
     _header(a, console)
+    if run:
+        console.print(_run_line(run))
     console.print(_top_ops(a, top))
     console.print(_categories(a))
     console.print(_phases(a))
@@ -42,6 +46,13 @@ def _header(a, console: Console) -> None:
         f"{si(totals['flops'], 'FLOP')}, {si(totals['bytes'], 'B')} moved, "
         f"{totals['kernels']} kernels; MFU {a.mfu:.0%}"
     )
+    energy = a.energy
+    if energy:
+        console.print(
+            f"energy {energy.joules:,.1f} J per step: average {energy.average_watts:,.0f} W of "
+            f"its {energy.cap_watts:,.0f} W (idle share and each kernel's busier unit, "
+            "kernels.energy)"
+        )
     memory = a.memory
     if memory and not memory["fits"]:
         console.print(
@@ -51,6 +62,21 @@ def _header(a, console: Console) -> None:
         )
     for line in run_lines(a):
         console.print(line)
+
+
+def _run_line(run: dict) -> str:
+    """A run of --steps (or --tokens): its time, energy and, with a price, its cost."""
+    hours = run["time_s"] / 3600
+    span = f"{hours / 24:,.1f} days" if hours >= 48 else f"{hours:,.1f} h"
+    text = f"a run of {run['steps']:,} steps: {span if hours >= 1 else seconds(run['time_s'])}"
+    if run.get("energy_j") is not None:
+        text += f", {run['energy_j'] / 3.6e6:,.2f} kWh per GPU"
+    cost = run.get("cost")
+    if cost:
+        text += f"; {cost['per_run']:,.2f} at {cost['price_per_gpu_hour']:g} a GPU-hour"
+        if "per_million_tokens" in cost:
+            text += f" ({cost['per_million_tokens']:,.3f} per million tokens)"
+    return text
 
 
 def run_lines(a) -> list[str]:

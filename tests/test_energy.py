@@ -1,0 +1,54 @@
+"""Energy and cost of a step and a run (kernels/energy.py, Analysis.run_totals),
+derived from the power model's two statements: a card draws its idle share of
+the TDP always, and its TDP (or cap) with the kernel's limiting unit busy."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import dlperf
+from dlperf.kernels.energy import kernel_watts
+
+
+def test_a_kernel_draws_idle_plus_its_busier_units_share_of_the_rest():
+    a100 = dlperf.gpu("a100")  # 400 W TDP, an idle tenth: 40 W
+    peak = a100.peak_flops_per_s("bf16")
+    bandwidth = a100.memory_bandwidth_bytes_per_s
+    assert kernel_watts(a100, peak, 0, "bf16", 1.0) == pytest.approx(400)  # math at peak
+    assert kernel_watts(a100, peak / 2, 0, "bf16", 1.0) == pytest.approx(40 + 360 / 2)
+    assert kernel_watts(a100, 0, bandwidth / 2, "bf16", 1.0) == pytest.approx(220)
+    assert kernel_watts(a100, 0, 0, "bf16", 1.0) == pytest.approx(40)  # nothing busy
+    capped = dataclasses.replace(a100, power_limit_watts=300.0)
+    assert kernel_watts(capped, peak, 0, "bf16", 1.0) == pytest.approx(300)
+
+
+def test_a_steps_energy_is_its_kernels_and_its_waits():
+    model = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024))
+    a = dlperf.analyze(model, torch.empty(512, 1024, device="meta"), gpu="h100",
+                       precision="amp-bf16")  # fmt: skip
+    e = a.energy
+    by_hand = sum(kernel_watts(a.spec, r.flops, r.bytes, r.dtype, r.time_s) * r.time_s
+                  for r in a.rows)  # fmt: skip
+    idle = 0.1 * 700  # the H100's idle share of its 700 W
+    assert e.kernel_joules == pytest.approx(by_hand)
+    assert e.idle_joules == pytest.approx((a.step_time_s - a.time_s) * idle)
+    assert e.joules == pytest.approx(e.kernel_joules + e.idle_joules)
+    assert idle <= e.average_watts <= 700
+    cpu = dlperf.analyze(model, torch.empty(512, 1024, device="meta"), gpu="cpu")
+    assert cpu.energy is None  # no stated power
+
+
+def test_a_run_of_tokens_is_whole_steps_at_the_price_of_their_time():
+    a = dlperf.analyze("hf:gpt2:layers=2", gpu="a100", batch=4, seq_len=256)
+    tokens_per_step = 4 * 256
+    run = a.run_totals(tokens=10_000, price=3.0)
+    assert run["steps"] == math.ceil(10_000 / tokens_per_step)  # 10 steps
+    assert run["time_s"] == pytest.approx(10 * a.step_time_s)
+    assert run["energy_j"] == pytest.approx(10 * a.energy.joules)
+    per_step = 3.0 * a.step_time_s / 3600
+    assert run["cost"]["per_run"] == pytest.approx(10 * per_step)
+    assert run["cost"]["per_million_tokens"] == pytest.approx(per_step * 1e6 / tokens_per_step)
+    assert "cost" not in a.run_totals(steps=5)  # no price: energy only
