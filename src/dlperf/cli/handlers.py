@@ -89,28 +89,35 @@ def cmd_memory(args: Namespace) -> None:
     show(report, text.memory_report, args.json)
 
 
-def _plan_gpus(args: Namespace) -> int:
-    """--gpus, or --nodes x --gpus-per-node; refused where they disagree."""
+def _plan_gpus(args: Namespace) -> list[int]:
+    """--gpus (one count or several), or --nodes x --gpus-per-node; refused
+    where they disagree."""
     per_node = args.gpus_per_node
-    if args.nodes and args.gpus and args.gpus != args.nodes * per_node:
+    given = args.gpus if isinstance(args.gpus, list) else [args.gpus] if args.gpus else []
+    if args.nodes and given and given != [args.nodes * per_node]:
         raise DlperfError(
             f"--nodes {args.nodes} x --gpus-per-node {per_node} is {args.nodes * per_node} "
-            f"GPUs, not --gpus {args.gpus}: give one of --nodes and --gpus"
+            f"GPUs, not --gpus {','.join(map(str, given))}: give one of --nodes and --gpus"
         )
-    gpus = args.nodes * per_node if args.nodes else args.gpus or 8
-    if gpus > per_node and gpus % per_node:
-        raise DlperfError(
-            f"{gpus} GPUs do not fill nodes of {per_node} (--gpus-per-node): give a multiple "
-            f"of {per_node}, or the GPUs per node the machines have"
-        )
-    return gpus
+    counts = [args.nodes * per_node] if args.nodes else given or [8]
+    for gpus in counts:
+        if gpus > per_node and gpus % per_node:
+            raise DlperfError(
+                f"{gpus} GPUs do not fill nodes of {per_node} (--gpus-per-node): give a "
+                f"multiple of {per_node}, or the GPUs per node the machines have"
+            )
+    return counts
 
 
 def cmd_plan(args: Namespace) -> None:
     from ..api import plan
 
     _training_only(args, "plan", "the parallel layouts of a training step")
-    gpus = _plan_gpus(args)
+    counts = _plan_gpus(args)
+    choosing = len(counts) > 1 or any(
+        getattr(args, k) is not None
+        for k in ("rank", "deadline", "tokens", "steps", "price_per_gpu_hour")
+    )
     if args.micro_batch and args.batch and args.micro_batch != args.batch:
         raise DlperfError(
             f"plan traces one micro-batch: give --micro-batch {args.micro_batch} or --batch "
@@ -118,8 +125,9 @@ def cmd_plan(args: Namespace) -> None:
         )
     network = args.node_network_gbps * 1e9 / 8 if args.node_network_gbps is not None else None
     measured = read_interconnect(args.interconnect) if args.interconnect else None
-    with Spinner(f"tracing {args.model}", quiet=args.json):
-        report = plan(
+
+    def priced(gpus: int):
+        return plan(
             **model_options(args, omit=("training", "batch")),
             gpus=gpus,
             gpus_per_node=args.gpus_per_node,
@@ -136,7 +144,33 @@ def cmd_plan(args: Namespace) -> None:
             schedule=args.schedule,
             sequence_parallel=args.sequence_parallel,
         )
-    show(report, text.plan_report, args.json, document=_top_plans(args.top), top=args.top)
+
+    with Spinner(f"tracing {args.model}", quiet=args.json):
+        reports = [priced(gpus) for gpus in counts]
+    if not choosing:
+        show(reports[0], text.plan_report, args.json, document=_top_plans(args.top), top=args.top)
+        return
+    chosen = _top_plans(args.top)
+    document = lambda d: {**d, "chosen": chosen(d["chosen"])}  # noqa: E731
+    show(_run_choices(args, reports), text.run_choices, args.json, document=document, top=args.top)
+
+
+def _run_choices(args: Namespace, reports) -> dict:
+    """The GPU counts' best plans run for --tokens or --steps, ranked (`parallel.budget`)."""
+    from ..parallel.budget import parse_deadline, ranked_choices, run_choices
+
+    deadline = parse_deadline(args.deadline) if args.deadline else None
+    found = run_choices(reports, args.tokens, args.steps, args.price_per_gpu_hour, deadline)
+    if not found:
+        raise DlperfError("no plan fits at any of these GPU counts: dlperf plan shows what would")
+    ranked = ranked_choices(found, args.rank or "time")
+    by_count = {r.gpus: r for r in reports}
+    return {
+        "rank": args.rank or "time",
+        "deadline_s": deadline,
+        "choices": [c.to_dict() for c in ranked],
+        "chosen": by_count[ranked[0].gpus],
+    }
 
 
 def _prompt_sizes(args: Namespace) -> tuple[int, int]:

@@ -75,6 +75,11 @@ def fraction(text: str) -> float:
     return value
 
 
+def gpu_counts(text: str) -> list[int]:
+    """--gpus of plan: one count, or several separated by commas."""
+    return [positive_int(part) for part in text.split(",")]
+
+
 def byte_sizes(text: str) -> list[int]:
     """--sizes of measure-comm: comma-separated positive byte counts (1e6 allowed)."""
     try:
@@ -290,7 +295,12 @@ MEMORY = (
 )
 
 PLAN = (
-    option("--gpus", type=positive_int, help="GPUs in all (default: 8)"),
+    option(
+        "--gpus",
+        type=gpu_counts,
+        help="GPUs in all (default: 8); several (8,16,32) to choose among for a run "
+        "(--tokens or --steps, --rank, --deadline)",
+    ),
     option("--gpus-per-node", type=positive_int, default=8, help="GPUs per node"),
     option("--nodes", type=positive_int, help="nodes (sets --gpus with --gpus-per-node)"),
     option(
@@ -368,6 +378,17 @@ RUN_TOTALS = (
         help="what one GPU-hour costs: cost per step, per run and per million tokens "
         "(default: none, energy only)",
     ),
+)
+
+# plan: the run to choose GPUs for (with RUN_TOTALS' --tokens/--steps and price).
+PLAN_RUN = (
+    option(
+        "--rank",
+        choices=["time", "cost"],
+        help="choose the GPU count (--gpus 8,16,...) by the run's time or its cost (GPU-hours "
+        "at --price-per-gpu-hour) (default: time)",
+    ),
+    option("--deadline", metavar="DURATION", help="the run must end within it: 14d, 36h, 90m"),
 )
 
 APPLY_HELP = "apply these automatic fixes and print the predicted before/after"

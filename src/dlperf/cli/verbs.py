@@ -17,6 +17,7 @@ from .options import (
     MODEL,
     MODEL_OPTIONS,
     PLAN,
+    PLAN_RUN,
     RUN_TOTALS,
     SERVE,
     SWEEP,
@@ -93,7 +94,7 @@ VERBS = (
         "plan",
         "price and rank parallel plans (dp/tp/pp/cp/ep, sharding, schedule) on many GPUs",
         do.cmd_plan,
-        (*WITH_MODEL, *PLAN),
+        (*WITH_MODEL, *PLAN, *RUN_TOTALS, *PLAN_RUN),
         defaults={"checkpoint": None},  # not given: searched (none, selective, full)
     ),
     Verb(

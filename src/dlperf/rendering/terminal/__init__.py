@@ -9,7 +9,7 @@ from .files import sweeps_list, written
 from .format import gib, seconds
 from .measurement import calibration_document, calibration_report, measure_report, trace_report
 from .memory import memory_report
-from .parallel import comm_report, plan_report
+from .parallel import comm_report, plan_report, run_choices
 from .serve import serve_report
 from .simulate import simulation_report
 
@@ -29,6 +29,7 @@ __all__ = [
     "measure_report",
     "memory_report",
     "plan_report",
+    "run_choices",
     "rules_document",
     "rules_table",
     "seconds",

@@ -114,3 +114,30 @@ def comm_report(result: dict, console: Console | None = None) -> None:
             f"fit: {si(fit['bandwidth_bytes_per_s'], 'B/s')} per link, "
             f"{seconds(fit['latency_s'])} per ring step"
         )
+
+
+def run_choices(doc: dict, top: int = 12, console: Console | None = None) -> None:
+    """`dlperf plan --gpus 8,16,... --tokens N [--rank cost] [--deadline D]`."""
+    console = console or wide_console()
+    deadline = doc["deadline_s"]
+    title = f"the run at each GPU count, best first by {doc['rank']}"
+    if deadline:
+        title += f" (deadline {deadline / 86400:,.1f} days)"
+    table = Table(title=title)
+    for column in ("GPUs", "best plan", "step", "run", "GPU-hours", "cost", "deadline"):
+        table.add_column(column, justify="left" if column == "best plan" else "right")
+    for c in doc["choices"]:
+        cost = f"{c['cost']:,.0f}" if c["cost"] is not None else "-"
+        met = "met" if c["meets_deadline"] else "[red]missed[/]"
+        run_s = c["run_s"]
+        run = (
+            f"{run_s / 86400:,.2f} d"
+            if run_s >= 86400
+            else f"{run_s / 3600:,.2f} h"
+            if run_s >= 3600
+            else seconds(run_s)
+        )
+        table.add_row(str(c["gpus"]), escape(c["plan"]), seconds(c["step_s"]), run,
+                      f"{c['gpu_hours']:,.0f}", cost, met if deadline else "")  # fmt: skip
+    console.print(table)
+    plan_report(doc["chosen"], top=top, console=console)
