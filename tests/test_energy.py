@@ -52,3 +52,15 @@ def test_a_run_of_tokens_is_whole_steps_at_the_price_of_their_time():
     assert run["cost"]["per_run"] == pytest.approx(10 * per_step)
     assert run["cost"]["per_million_tokens"] == pytest.approx(per_step * 1e6 / tokens_per_step)
     assert "cost" not in a.run_totals(steps=5)  # no price: energy only
+
+
+def test_a_served_tokens_energy_is_its_share_of_the_requests():
+    r = dlperf.serve("hf:llama-7b", gpu="h100", precision="bf16", batch=8, input_len=64,
+                     output_len=32)  # fmt: skip
+    prompt, step = r.prefill.extra["energy_j"], r.decode.extra["energy_j"]
+    # each step draws between the idle tenth (70 W) and the 700 W cap over its time
+    assert 70 * r.tpot_s <= step <= 700 * r.tpot_s
+    assert 70 * r.ttft_s <= prompt <= 700 * r.ttft_s
+    # the prompt's forward and 31 more decode steps, for 8 x 32 output tokens
+    per_token = (prompt + 31 * step) / (8 * 32)
+    assert r.energy_per_output_token_j == pytest.approx(per_token)

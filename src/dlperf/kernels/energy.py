@@ -51,15 +51,28 @@ def kernel_watts(spec: HardwareSpec, flops: float, nbytes: float, dtype: str, ti
     return idle + (cap - idle) * min(1.0, max(math, memory))
 
 
+def rows_joules(spec: HardwareSpec, rows, time_s: float) -> float | None:
+    """Joules of one GPU running `rows` over `time_s` (the rest of it waiting at
+    idle; collectives counted as waiting); None where the spec states no power."""
+    cap, idle = _cap_and_idle(spec)
+    if spec.kind == "cpu" or not cap:
+        return None
+    kernels = [r for r in rows if r.family != "collective"]
+    busy = sum(r.time_s for r in kernels)
+    return _kernel_joules(spec, kernels) + max(0.0, time_s - busy) * idle
+
+
+def _kernel_joules(spec: HardwareSpec, rows) -> float:
+    return sum(kernel_watts(spec, r.flops, r.bytes, r.dtype, r.time_s) * r.time_s for r in rows)
+
+
 def step_energy(analysis) -> StepEnergy | None:
     """The step's energy on its GPU; None where the spec states no power (a CPU)."""
     spec = analysis.spec
     cap, idle = _cap_and_idle(spec)
     if spec.kind == "cpu" or not cap:
         return None
-    kernels = sum(
-        kernel_watts(spec, r.flops, r.bytes, r.dtype, r.time_s) * r.time_s for r in analysis.rows
-    )
+    kernels = _kernel_joules(spec, analysis.rows)
     waiting = max(0.0, analysis.step_time_s - analysis.time_s) * idle
     joules = kernels + waiting
     step = analysis.step_time_s

@@ -8,6 +8,7 @@ import math
 
 from ..errors import DlperfError
 from ..hardware import HardwareSpec
+from ..kernels.energy import rows_joules
 from ..run import Session
 from .deployment import deploy
 from .memory import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, ServingMemory, cached_tokens, max_batch
@@ -107,6 +108,7 @@ def serve(
     report.prefill = _phase(prefill, prefill_t, scheme)
     report.decode = _phase(middle, {**middle_t, "time_s": report.tpot_s}, scheme)
     report.decode.extra.update(cached_tokens=points, step_s=times)
+    _energy(report, spec, (prefill, prefill_t["time_s"]), (middle, middle_t["time_s"]))
     report.cuda_graphs = cuda_graphs
     report.unsupported_ops = {**prefill.unsupported, **middle.unsupported}
     _bound_notes(report, middle, spec, scheme)
@@ -131,6 +133,21 @@ def _speculate(speculation, timeline: Timeline, settings: dict, batch: int, cach
     found = what_if(speculation, verify["time_s"], draft_s, plain_s)
     found["cached_tokens"] = cached
     return found
+
+
+def _energy(report: ServeReport, spec, prefill: tuple, decode: tuple) -> None:
+    """Joules per output token: every GPU through the prompt's forward and the
+    decode steps (the middle step's draw over the mean step time)."""
+    (first, first_s), (middle, middle_s) = prefill, decode
+    prompt = rows_joules(spec, first.rows, first_s)
+    step = rows_joules(spec, middle.rows, middle_s)
+    if prompt is None or step is None:
+        return
+    per_step = step * report.tpot_s / middle_s if middle_s else step
+    report.prefill.extra["energy_j"] = prompt
+    report.decode.extra["energy_j"] = per_step
+    request = (prompt + (report.output_len - 1) * per_step) * report.gpus
+    report.energy_per_output_token_j = request / (report.batch * report.output_len)
 
 
 def _request_times(report: ServeReport, ttft_s: float, tpot_s: float) -> None:

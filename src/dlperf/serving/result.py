@@ -76,6 +76,8 @@ class ServeReport:
     speculative: dict | None = None  # the speculative-decoding what-if (`speculative`)
     notes: list[str] = field(default_factory=list)
     unsupported_ops: dict = field(default_factory=dict)
+    # every GPU's joules for a request's tokens, per output token (`kernels.energy`)
+    energy_per_output_token_j: float | None = None
 
     @property
     def gpus(self) -> int:
@@ -94,6 +96,7 @@ class ServeReport:
                 "latency_s", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
                 "memory_per_gpu_bytes", "kv_cache_bytes_per_token",
                 "kv_cache_bytes_per_token_per_gpu", "fits", "max_batch",
+                "energy_per_output_token_j",
             )
         }  # fmt: skip
         out["memory_per_gpu"] = dict(self.memory)

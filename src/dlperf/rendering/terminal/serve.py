@@ -27,6 +27,8 @@ def serve_report(r, console: Console | None = None) -> None:
     table.add_row("request latency", seconds(r.latency_s))
     table.add_row("output tokens/s", f"{r.output_tokens_per_s:,.1f}")
     table.add_row("output tokens/s per GPU", f"{r.output_tokens_per_s_per_gpu:,.1f}")
+    if r.energy_per_output_token_j is not None:
+        table.add_row("energy per output token", f"{r.energy_per_output_token_j:,.3f} J")
     console.print(table)
     _memory(r, console)
     for name, phase in (("prefill", r.prefill), ("decode step (mean)", r.decode)):
