@@ -174,3 +174,9 @@ def test_a_missing_hub_id_names_the_nearest_and_the_way_out():
 def test_no_model_and_no_config_is_one_line(capsys):
     assert main(["analyze", "--gpu", "h100"]) == 2
     assert "name a MODEL" in capsys.readouterr().err
+
+
+def test_a_config_without_a_model_asks_for_one(capsys):
+    config = str(EXAMPLES / "hf_training_args.json")
+    assert main(["memory", "--config", config]) == 2
+    assert "names no model (a hf-training config): give MODEL" in capsys.readouterr().err

@@ -29,6 +29,11 @@ def apply_config(args: argparse.Namespace) -> None:
             if hasattr(args, dest) and getattr(args, dest) == parser.get_default(dest):
                 setattr(args, dest, value)
     if hasattr(args, "model") and args.model is None and not getattr(args, "list_rules", False):
+        if path:
+            raise DlperfError(
+                f"{path} names no model (a {job.format} config): give MODEL beside --config, "
+                "such as hf:ORG/NAME"
+            )
         raise DlperfError(
             "name a MODEL (hf:NAME, hf:ORG/NAME, torchvision:NAME, file.py:factory), or give "
             "--config FILE with one"
