@@ -150,6 +150,10 @@ def test_flags_beside_config_win(capsys):
     assert doc["fixed"]["checkpoint"] == "full"  # the flag, not the file's selective-op
     assert doc["fixed"]["sharding"] == "fsdp" and doc["fixed"]["dp"] == 8  # the file's
     assert doc["global_batch"] == 8
+    # --gpus beside it resolves the file's data_parallel_shard_degree = -1
+    assert main([*argv, "--gpus", "16"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["fixed"]["dp"] == 16 and doc["global_batch"] == 16
 
 
 def test_explain_config_and_models_print_json(capsys):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import DlperfError
-from .handlers import SIMULATION_FLAGS, SIMULATION_ONLY
+from .handlers import SIMULATION_FLAGS, SIMULATION_ONLY, plan_gpus
 
 
 def apply_config(args: argparse.Namespace) -> None:
@@ -17,9 +17,10 @@ def apply_config(args: argparse.Namespace) -> None:
     if path:
         from ..configs import read_config
 
-        gpus = getattr(args, "gpus", None)
-        if args.verb == "plan" and gpus is None:  # plan's own default: the nodes', else 8
-            gpus = args.nodes * args.gpus_per_node if args.nodes else 8
+        gpus = None  # resolves the config's "the GPUs left" degrees: plan's one count
+        if args.verb == "plan":
+            counts = plan_gpus(args)  # several: each plan searches what the config leaves
+            gpus = counts[0] if len(counts) == 1 else None
         job = read_config(path, gpus=gpus)
         values = job.cli_values(args.verb)
         if args.verb == "serve" and not any(getattr(args, k) for k in SIMULATION_FLAGS):

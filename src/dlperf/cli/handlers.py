@@ -89,7 +89,7 @@ def cmd_memory(args: Namespace) -> None:
     show(report, text.memory_report, args.json)
 
 
-def _plan_gpus(args: Namespace) -> list[int]:
+def plan_gpus(args: Namespace) -> list[int]:
     """--gpus (one count or several), or --nodes x --gpus-per-node; refused
     where they disagree."""
     per_node = args.gpus_per_node
@@ -113,7 +113,7 @@ def cmd_plan(args: Namespace) -> None:
     from ..api import plan
 
     _training_only(args, "plan", "the parallel layouts of a training step")
-    counts = _plan_gpus(args)
+    counts = plan_gpus(args)
     choosing = len(counts) > 1 or any(
         getattr(args, k) is not None
         for k in ("rank", "deadline", "tokens", "steps", "price_per_gpu_hour")
