@@ -142,18 +142,26 @@ def with_sparsity(spec, policy: Precision, sparsity: str | None) -> Precision:
         return policy
     if sparsity not in SPARSITIES:
         raise DlperfError(f"unknown sparsity {sparsity!r}; dlperf prices 2:4")
+    refusal = sparsity_refusal(spec, policy)
+    if refusal:
+        raise DlperfError(refusal)
+    return dataclasses.replace(policy, sparse_linear=True)
+
+
+def sparsity_refusal(spec, policy: Precision) -> str | None:
+    """Why 2:4 sparsity cannot run under `policy` on `spec`, or None where it can."""
     major = int((spec.compute_capability or "0").split(".")[0])
     if spec.kind == "cpu" or major < 8:
-        raise DlperfError(
+        return (
             f"{spec.id} has no sparse Tensor Cores (2:4 sparsity needs Ampere or later); "
             "drop --sparsity"
         )
     if policy.math not in SPARSE_MATH or policy.quantized_gemms or policy.fp8_linear:
-        raise DlperfError(
+        return (
             f"--sparsity 2:4 is priced for {', '.join(SPARSE_MATH)} GEMMs, and "
             f"--precision {policy.name} runs {policy.math}: use amp-bf16, bf16, fp16 or tf32"
         )
-    return dataclasses.replace(policy, sparse_linear=True)
+    return None
 
 
 def resolve_for(spec, name: str | Precision = AUTO, training: bool | None = None) -> Precision:

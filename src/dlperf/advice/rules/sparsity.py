@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from ...ops.linear import is_linear_module
-from ...precision import SPARSE_MATH, with_sparsity
+from ...precision import sparsity_refusal, with_sparsity
 from .. import TALK, Finding, rule
 from .common import MIN_SHARE, severity, share
 
@@ -19,17 +19,6 @@ from .common import MIN_SHARE, severity, share
 # at least this (smaller ones are latency- or memory-bound: half the math saves
 # little there).
 MIN_SIDE = 256
-
-
-def _sparse_capable(ctx) -> bool:
-    spec, policy = ctx.spec, ctx.precision
-    major = int((spec.compute_capability or "0").split(".")[0])
-    return (
-        spec.kind != "cpu"
-        and major >= 8
-        and policy.math in SPARSE_MATH
-        and not (policy.sparse_linear or policy.fp8_linear or policy.quantized_gemms)
-    )
 
 
 def _math_bound_linear_layers(ctx) -> dict[str, float]:
@@ -53,7 +42,7 @@ def _math_bound_linear_layers(ctx) -> dict[str, float]:
     changes_outputs=True,
 )
 def sparsity_2_4(ctx):
-    if not _sparse_capable(ctx):
+    if ctx.precision.sparse_linear or sparsity_refusal(ctx.spec, ctx.precision):
         return []
     layers = _math_bound_linear_layers(ctx)
     if not layers:
