@@ -240,6 +240,7 @@ class Analysis:
 
     def to_dict(self) -> dict:
         run = ("model", "gpu", "precision", "training", "params", "batch")
+        energy = self.energy
         return {
             **{name: getattr(self, name) for name in run},
             "optimizer": self.optimizer if self.training else None,
@@ -251,7 +252,7 @@ class Analysis:
             "host": self.host.to_dict() if self.host else None,
             "throughput": self.throughput,
             "mfu": self.mfu,
-            "energy": self.energy.to_dict() if self.energy else None,
+            "energy": energy.to_dict() if energy else None,
             "phases": self.phases,
             "categories": self.categories,
             "modules": self.modules(depth=2),

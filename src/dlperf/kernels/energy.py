@@ -54,26 +54,29 @@ def kernel_watts(spec: HardwareSpec, flops: float, nbytes: float, dtype: str, ti
 def rows_joules(spec: HardwareSpec, rows, time_s: float) -> float | None:
     """Joules of one GPU running `rows` over `time_s` (the rest of it waiting at
     idle; collectives counted as waiting); None where the spec states no power."""
+    split = _joules(spec, rows, time_s)
+    return sum(split) if split else None
+
+
+def _joules(spec: HardwareSpec, rows, time_s: float) -> tuple[float, float] | None:
+    """(the kernels' joules, the waits' joules) of `rows` over `time_s`."""
     cap, idle = _cap_and_idle(spec)
     if spec.kind == "cpu" or not cap:
         return None
     kernels = [r for r in rows if r.family != "collective"]
     busy = sum(r.time_s for r in kernels)
-    return _kernel_joules(spec, kernels) + max(0.0, time_s - busy) * idle
-
-
-def _kernel_joules(spec: HardwareSpec, rows) -> float:
-    return sum(kernel_watts(spec, r.flops, r.bytes, r.dtype, r.time_s) * r.time_s for r in rows)
+    running = sum(kernel_watts(spec, r.flops, r.bytes, r.dtype, r.time_s) * r.time_s
+                  for r in kernels)  # fmt: skip
+    return running, max(0.0, time_s - busy) * idle
 
 
 def step_energy(analysis) -> StepEnergy | None:
     """The step's energy on its GPU; None where the spec states no power (a CPU)."""
-    spec = analysis.spec
-    cap, idle = _cap_and_idle(spec)
-    if spec.kind == "cpu" or not cap:
-        return None
-    kernels = _kernel_joules(spec, analysis.rows)
-    waiting = max(0.0, analysis.step_time_s - analysis.time_s) * idle
-    joules = kernels + waiting
     step = analysis.step_time_s
+    split = _joules(analysis.spec, analysis.rows, step)
+    if split is None:
+        return None
+    kernels, waiting = split
+    joules = kernels + waiting
+    cap, _ = _cap_and_idle(analysis.spec)
     return StepEnergy(joules, kernels, waiting, joules / step if step else 0.0, cap)
