@@ -127,7 +127,7 @@ def traced_loss(model: nn.Module, call, kind: str) -> Tensor:
         logits = _logits(out, kind)
         loss, _ = cross_entropy(logits.reshape(-1, logits.shape[-1]), targets)
         return loss
-    head, base, key = _head_and_base(model)
+    base, key = _base_and_head_weight(model)
     state = {f"model.{name}": value for name, value in call.state.items()}
     out = functional_call(_Base(model, base), state, call.args, kwargs)
     hidden = out[0] if isinstance(out, (tuple, list)) else getattr(out, "last_hidden_state", out)
@@ -162,9 +162,9 @@ class _Base(nn.Module):
         return self.model.get_submodule(self.base_path)(*args, **kwargs)
 
 
-def _head_and_base(model: nn.Module) -> tuple[nn.Module, nn.Module, str]:
-    """The output head (a linear map), the model under it, and the head
-    weight's name among the parameters (a tied head's is the embedding's)."""
+def _base_and_head_weight(model: nn.Module) -> tuple[nn.Module, str]:
+    """The model under its output head (a linear map), and the head weight's
+    name among the parameters (a tied head's is the embedding's)."""
     head = getattr(model, "get_output_embeddings", lambda: None)()
     base = getattr(model, "base_model", None)
     if not isinstance(head, nn.Linear) or base is None or base is model:
@@ -173,4 +173,4 @@ def _head_and_base(model: nn.Module) -> tuple[nn.Module, nn.Module, str]:
             "causal language model (an output embedding and a base model): use --loss fused"
         )
     key = next(name for name, p in model.named_parameters() if p is head.weight)
-    return head, base, key
+    return base, key
