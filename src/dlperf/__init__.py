@@ -17,6 +17,10 @@ The public API (names are a contract, see docs/design.md):
   each op measured beside its prediction.
 - `trace(path, gpu=None)`: a PyTorch profiler trace of a real GPU run, kernel
   by kernel against the roofline.
+- `compare(model, trace, ...)`: a profiler trace of the model's run (or a
+  folder of one per rank) beside its prediction, per op, module and category;
+  `calibrate_trace(trace, model, out, ...)` fits the device's corrections from
+  it and writes a spec file that every verb takes as `gpu`.
 - `serve(model, gpu=..., precision=..., input_len=..., output_len=..., batch=...)`:
   a decoder LLM served with a KV cache (TTFT, TPOT, tokens/s, memory, max batch).
 - `simulate(model, dataset=..., num_prompts=..., request_rate=..., slo=...)`:
@@ -26,7 +30,17 @@ The public API (names are a contract, see docs/design.md):
 
 from .advice.engine import advise, fix
 from .analysis import Analysis
-from .api import analyze, measure, memory, plan, report, serve, simulate
+from .api import (
+    analyze,
+    calibrate_trace,
+    compare,
+    measure,
+    memory,
+    plan,
+    report,
+    serve,
+    simulate,
+)
 from .api import profile_trace as trace
 from .errors import DlperfError
 from .hardware import HardwareSpec, gpu, gpus
@@ -39,6 +53,8 @@ __all__ = [
     "HardwareSpec",
     "advise",
     "analyze",
+    "calibrate_trace",
+    "compare",
     "fix",
     "gemm",
     "gpu",

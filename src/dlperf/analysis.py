@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from .compiling import FusionSummary, fuse
 from .dtypes import name_of
 from .hardware import HardwareSpec
+from .hardware.calibration import layer_keys
 from .kernels.host import HostTimeline, issue_timeline
 from .kernels.losses import Loss
 from .kernels.pricing import GemmRow, GemmTimer, Timing, time
@@ -336,10 +337,10 @@ def analyze_trace(
     fusion = None
     if compiled:
         # the same step unfused, for the report's side-by-side
-        eager = _rows(priced + after, spec, unsupported)
+        eager = _rows(priced + after, spec, unsupported, model_name)
         priced, fusion = fuse(priced, trace)
         fusion.eager_step_s = issue_timeline(eager, spec, cuda_graphs=cuda_graphs).step_s
-    rows = _rows(priced + after, spec, unsupported)
+    rows = _rows(priced + after, spec, unsupported, model_name)
     batch, tokens = _batch_and_tokens(trace)
     return Analysis(
         model=model_name,
@@ -360,15 +361,24 @@ def analyze_trace(
     )
 
 
-def _rows(priced: list[tuple], spec: HardwareSpec, unsupported: Counter) -> list[OpRow]:
+def _rows(
+    priced: list[tuple], spec: HardwareSpec, unsupported: Counter, model_name: str = ""
+) -> list[OpRow]:
     """Each priced event timed on `spec`, as the analysis' rows."""
     timer = GemmTimer(spec)
     timer.prepare([g for _, found in priced for g in found.cost.gemms])
     rows = []
-    for event, found in priced:
+    dtypes = [dtype_of(event.tensors(), event, found.cost) for event, found in priced]
+    layers = [None] * len(priced)
+    if spec.calibration is not None and spec.calibration.layer_scales:
+        idents = [
+            (event.module, _PHASES.get(event.phase, event.phase), event.op, dtype)
+            for (event, _), dtype in zip(priced, dtypes, strict=True)
+        ]
+        layers = layer_keys(model_name, idents)
+    for (event, found), dtype, layer in zip(priced, dtypes, layers, strict=True):
         tensors = event.tensors()
-        dtype = dtype_of(tensors, event, found.cost)
-        timing = time(found.cost, spec, dtype, timer)
+        timing = time(found.cost, spec, dtype, timer, op=event.op, layer=layer)
         row = op_row(event, tensors, found, timing, dtype, event.op not in unsupported)
         if event.info:
             row.host_ops = event.info.get("host_ops", 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 from torch import nn
 
@@ -225,6 +226,84 @@ def profile_trace(path, gpu: str | HardwareSpec | None = None):
     return analyze_profile(path, gpu)
 
 
+def compare(model, trace, inputs=None, gpu: str | HardwareSpec | None = None, **options):
+    """The model's predicted ops beside a profiler trace of its run (`dlperf compare`).
+
+    `trace` is a torch.profiler Chrome trace (.json or .json.gz) of the same
+    model run as `options` describe it (those of `analyze`: batch, seq_len,
+    precision, training, ...), or a folder of one trace per rank of one run.
+    `gpu` defaults to the device the trace names (the probed CPU for a trace
+    of a CPU run). Returns a `Comparison`, or for a folder a `RankComparison`.
+    """
+    from .measurement.compare import compare_trace
+    from .measurement.ranks import RankComparison, rank_traces
+
+    paths = rank_traces(trace)
+    comparisons, session = [], Session()
+    for path in paths:
+        data = read_profile(path)
+        spec = trace_device(data, gpu)
+        analysis = analyze(model, inputs, gpu=spec, session=session, **options)
+        comparisons.append(compare_trace(analysis, data))
+    if len(paths) == 1 and not Path(trace).is_dir():
+        return comparisons[0]
+    return RankComparison(str(trace), comparisons)
+
+
+def calibrate_trace(trace, model, out, inputs=None, gpu=None, **options):
+    """Fit the device's corrections from a profiler trace of `model`'s run and
+    write them as a spec file at `out` (`dlperf calibrate --trace`).
+
+    The model options (`options`, as for `analyze`) must describe the run the
+    trace recorded. `gpu` names the catalogue device it extends (default: the
+    one the trace names; the probed CPU for a trace with no kernels). Returns
+    the loaded spec: `--gpu OUT` on every verb prices with it.
+    """
+    import dataclasses
+
+    from .measurement.calibrate import calibrated_document, write_spec
+    from .measurement.compare import compare_trace
+    from .measurement.trace_fit import fit_calibration
+
+    data = read_profile(trace)
+    base = trace_device(data, gpu)
+    if base.calibration is not None:  # fit against the model, not an earlier fit
+        base = dataclasses.replace(base, calibration=None)
+    analysis = analyze(model, inputs, gpu=base, **options)
+    comparison = compare_trace(analysis, data)
+    if not comparison.rows:
+        raise DlperfError(
+            f"no op of {analysis.model} was found in {trace}: is it a trace of this model, "
+            "run with the same batch and options?"
+        )
+    calibration, overrides = fit_calibration(analysis, comparison, data)
+    return write_spec(calibrated_document(base, calibration, overrides), out)
+
+
+def read_profile(path):
+    """A profiler trace as data (`measurement.kineto.TraceData`); nothing runs."""
+    from .measurement.kineto import read_trace
+
+    return read_trace(path)
+
+
+def trace_device(data, gpu: str | HardwareSpec | None = None) -> HardwareSpec:
+    """The device a trace ran on: `gpu` when given, else the GPU its
+    deviceProperties name, else the probed CPU for a trace with no kernels."""
+    from .hardware import resolve_id
+
+    if gpu is not None:
+        return get_gpu(gpu)
+    if not data.kernels:
+        return get_gpu("cpu")
+    found = resolve_id(data.device_name) if data.device_name else None
+    if not found:
+        raise DlperfError(
+            f"cannot tell the GPU of {data.path} (device {data.device_name!r}); pass --gpu"
+        )
+    return get_gpu(found)
+
+
 def measure(
     model,
     inputs=None,
@@ -235,8 +314,12 @@ def measure(
     seq_len: int | None = None,
     steps: int = 3,
     gpu: str | None = None,
+    trace_out=None,
 ):
     """Run the model for real on `device` and compare each op with its prediction.
+
+    `trace_out` writes the profiled steps as a torch.profiler Chrome trace
+    (`.json`; `.json.gz` compressed), which `compare` and `calibrate_trace` read.
 
     The prediction uses the device's own spec (the CPU is probed once), or on
     the CPU a spec file of it that `dlperf calibrate` wrote (`gpu`). The model
@@ -274,7 +357,9 @@ def measure(
     runnable = module
     if loaded.build_real and any(p.is_meta for p in module.parameters()):
         runnable = loaded.build_real()
-    return measure_model(name, runnable, inputs, predicted, device, policy, training, steps)
+    return measure_model(
+        name, runnable, inputs, predicted, device, policy, training, steps, trace_out=trace_out
+    )
 
 
 def _measured_cpu(gpu, device: str):
@@ -295,9 +380,12 @@ def _measured_cpu(gpu, device: str):
     return spec
 
 
-def report(analysis, path, memory=None, advice=None, measurement=None, serving=None) -> str:
+def report(
+    analysis, path, memory=None, advice=None, measurement=None, serving=None, comparison=None
+) -> str:
     """Write the HTML report of an analysis (and optional memory, advice,
-    measurement and serving) to `path`; returns the path.
+    measurement, serving and a trace's `comparison`, from `compare`) to
+    `path`; returns the path.
 
     `serving` is a `dlperf.serving.sweep.serving_sweep(run)` result: the
     Serving section (a decoder's latency and throughput against the batch
@@ -306,7 +394,7 @@ def report(analysis, path, memory=None, advice=None, measurement=None, serving=N
 
     from .rendering.html import render
 
-    page = render(analysis, memory, advice, measurement, serving)
+    page = render(analysis, memory, advice, measurement, serving, comparison)
     try:
         Path(path).write_text(page)
     except OSError as err:

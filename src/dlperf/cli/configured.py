@@ -29,7 +29,9 @@ def apply_config(args: argparse.Namespace) -> None:
         for dest, value in values.items():
             if hasattr(args, dest) and getattr(args, dest) == parser.get_default(dest):
                 setattr(args, dest, value)
-    if hasattr(args, "model") and args.model is None and not getattr(args, "list_rules", False):
+    # calibrate needs a model only beside --trace, and says so itself
+    optional = getattr(args, "list_rules", False) or args.verb == "calibrate"
+    if hasattr(args, "model") and args.model is None and not optional:
         if path:
             raise DlperfError(
                 f"{path} names no model (a {job.format} config): give MODEL beside --config, "

@@ -21,6 +21,11 @@ from .options import byte_sizes, device_spec, model_options
 def cmd_gpus(args: Namespace) -> None:
     from ..hardware import gpus
 
+    if args.spec:
+        from ..hardware.spec import load_spec_file
+
+        spec = load_spec_file(args.spec)
+        return show(spec, text.spec_report, args.json, document=text.spec_document)
     show(gpus(), text.gpus_table, args.json, document=text.gpus_document)
 
 
@@ -325,7 +330,13 @@ def cmd_report(args: Namespace) -> None:
         result = analyze(run, progress=progress, session=session)
         mem = memory(run, session=session) if args.train else None
         findings = None if args.no_advice else advise(run, session=session)
-    report(result, args.out, memory=mem, advice=findings, serving=served)
+        compared = None
+        if args.trace:
+            from ..api import read_profile
+            from ..measurement.compare import compare_trace
+
+            compared = compare_trace(result, read_profile(args.trace))
+    report(result, args.out, memory=mem, advice=findings, serving=served, comparison=compared)
     show({"out": args.out}, text.written, args.json)
 
 
@@ -380,11 +391,14 @@ def cmd_measure(args: Namespace) -> None:
         raise DlperfError(
             f"measure runs the model here as written (eager, no checkpointing): drop {flag}"
         )
+    if args.trace_out:
+        writable_file(args.trace_out)  # before the run
     with Spinner(f"measuring {args.model}", quiet=args.json):
         report = measure(
             **model_options(args, omit=("optimizer", *_RUN_WAYS)),
             device=args.device,
             steps=args.steps,
+            trace_out=args.trace_out,
         )
     show(report, text.measure_report, args.json)
 
@@ -393,9 +407,34 @@ def cmd_calibrate(args: Namespace) -> None:
     from ..measurement.calibrate import calibrate_device, write_spec
 
     writable_file(args.out)  # before minutes of probing
+    if args.trace:
+        return _calibrate_trace(args)
+    if args.model:
+        raise DlperfError("--model describes the run a trace recorded: give --trace beside it")
     with Spinner(f"calibrating the {args.device}", quiet=args.json):
         spec = write_spec(calibrate_device(args.device), args.out)
     show(text.calibration_document(spec, args.out), text.calibration_report, args.json)
+
+
+def _calibrate_trace(args: Namespace) -> None:
+    from ..api import calibrate_trace
+
+    if not args.model:
+        raise DlperfError("--trace needs --model: the model the trace ran, with its batch")
+    options = model_options(args, omit=("optimizer",))
+    with Spinner(f"fitting {args.trace}", quiet=args.json):
+        spec = calibrate_trace(args.trace, out=args.out, optimizer=args.optimizer, **options)
+    show(text.calibration_document(spec, args.out), text.calibration_report, args.json)
+
+
+def cmd_compare(args: Namespace) -> None:
+    from ..api import compare
+
+    options = model_options(args, omit=("optimizer",))
+    with Spinner(f"comparing {args.model} with {args.trace}", quiet=args.json):
+        result = compare(trace=args.trace, optimizer=args.optimizer, **options)
+    show(result, text.compare_report, args.json, document=lambda c: c.to_dict(args.top),
+         top=args.top)  # fmt: skip
 
 
 def cmd_trace(args: Namespace) -> None:

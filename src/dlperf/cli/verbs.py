@@ -55,7 +55,12 @@ REPORT_SERVE = (
 )
 
 VERBS = (
-    Verb("gpus", "list the bundled GPU catalogue", do.cmd_gpus, JSON),
+    Verb(
+        "gpus",
+        "list the bundled GPU catalogue, or show one spec file",
+        do.cmd_gpus,
+        (option("--spec", help="a spec file: its facts, and what a trace calibrated"), *JSON),
+    ),
     Verb("models", "list the bundled checkpoints hf:ORG/NAME builds offline", do.cmd_models, JSON),
     Verb(
         "explain-config",
@@ -117,6 +122,11 @@ VERBS = (
             *WITH_MODEL,
             option("--out", required=True, help="HTML file to write"),
             option("--no-advice", action="store_true", help="leave out the findings"),
+            option(
+                "--trace",
+                help="add a profiler trace of the run beside the prediction (price it with "
+                "--gpu as the GPU it ran on)",
+            ),
             *REPORT_SERVE,
         ),
     ),
@@ -129,6 +139,11 @@ VERBS = (
             *WITH_MODEL,
             device("where it runs"),
             option("--steps", type=positive_int, default=3, help="profiled steps"),
+            option(
+                "--trace-out",
+                help="write the profiled steps as a torch.profiler trace (.json or .json.gz) "
+                "for compare and calibrate --trace",
+            ),
         ),
         defaults={"gpu": None},  # it runs on --device; --precision auto as the others
     ),
@@ -137,12 +152,39 @@ VERBS = (
         "measure this device and write a spec file",
         do.cmd_calibrate,
         (
-            device("what to probe"),
+            device("what to probe (without --trace)"),
             option("--out", required=True, help="spec file to write (TOML)"),
-            *JSON,
+            option(
+                "--trace",
+                help="fit from this torch.profiler trace of MODEL's run instead of probing",
+            ),
+            option(
+                "--model",
+                api="model",
+                help="with --trace: the model the trace ran (as analyze's MODEL), with its "
+                "options below",
+            ),
+            *MODEL_OPTIONS,
         ),
+        defaults={"gpu": None},  # with --trace: the device the trace names
     ),
     Verb("trace", "read a PyTorch profiler trace of a GPU run", do.cmd_trace, TRACE),
+    Verb(
+        "compare",
+        "a profiler trace of your run beside the prediction, per op, module and category",
+        do.cmd_compare,
+        (
+            *WITH_MODEL,
+            option(
+                "--trace",
+                required=True,
+                help="torch.profiler Chrome trace (.json[.gz]) of the model's run, or a "
+                "folder of one per rank",
+            ),
+            top(10, "largest misses"),
+        ),
+        defaults={"gpu": None},  # the trace's own device
+    ),
     Verb(
         "measure-comm",
         "time real collectives with torch.distributed",

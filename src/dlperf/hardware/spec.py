@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..dtypes import DTYPES, bytes_per_element, check_dtype
 from ..errors import DlperfError
+from .calibration import Calibration, calibration_from_dict
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -188,6 +189,8 @@ class HardwareSpec:
     device_names: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     path: str = ""
+    # What a profiler trace of the user's run corrected (`dlperf calibrate --trace`).
+    calibration: Calibration | None = None
 
     # -- derived facts -------------------------------------------------
     def has_dtype(self, dtype: str) -> bool:
@@ -255,6 +258,7 @@ class HardwareSpec:
         out["aliases"] = list(self.aliases)
         out["device_names"] = list(self.device_names)
         out["sources"] = list(self.sources)
+        out["calibration"] = self.calibration.to_dict() if self.calibration else None
         return out
 
 
@@ -386,6 +390,8 @@ def spec_from_dict(raw: dict, where: str = "spec", arch_defaults: dict | None = 
     for key, value in base.items():
         eff[key] = _number(where, f"efficiency.{key}", value, float, allow_zero=True)
     values["efficiency"] = Efficiency(**eff)
+    if raw.get("calibration") is not None:
+        values["calibration"] = calibration_from_dict(raw["calibration"], where)
     values["path"] = where
     spec = HardwareSpec(**values)
     check_settings(spec, where)

@@ -325,6 +325,8 @@ def time(
     dtype: str = "fp32",
     timer: GemmTimer | None = None,
     eager: bool = True,
+    op: str | None = None,
+    layer: str | None = None,
 ) -> Timing:
     """The time of one costed op on `spec`.
 
@@ -333,13 +335,25 @@ def time(
     GEMM prices across calls. `eager` adds what an eager framework call costs
     on a device where the host does not overlap it (a CPU); a bare kernel
     (`dlperf gemm`) has none. An op of one GEMM gets exactly that GEMM's verdict.
+    A spec calibrated on a trace corrects the time by the kernel's class, by
+    `op` (the event's name) or by `layer` (`calibration.layer_keys`) where
+    the trace measured that op or that very layer.
     """
     timer = timer or GemmTimer(spec)
     if cost.attention:
-        return _attention(cost, spec, timer, eager)
-    hints = _hints(cost, spec) if cost.layout_transpose_bytes or cost.reread_bytes else ()
-    if cost.gemms and cost.gemms[0].role == GEMV_ROLE and spec.kind != "cpu":
-        return _weight_only_gemv(cost, spec)
-    if cost.gemms:
-        return _gemms(cost, spec, timer, eager, hints)
-    return _streaming(cost, spec, runnable_dtype(dtype, spec), timer, eager, hints)
+        found, kind = _attention(cost, spec, timer, eager), "attention"
+    else:
+        hints = _hints(cost, spec) if cost.layout_transpose_bytes or cost.reread_bytes else ()
+        kind = "gemm" if cost.gemms else "memory-bound"
+        if cost.gemms and cost.gemms[0].role == GEMV_ROLE and spec.kind != "cpu":
+            found = _weight_only_gemv(cost, spec)
+        elif cost.gemms:
+            found = _gemms(cost, spec, timer, eager, hints)
+        else:
+            found = _streaming(cost, spec, runnable_dtype(dtype, spec), timer, eager, hints)
+    if spec.calibration is None or not found.seconds:
+        return found
+    seconds = spec.calibration.seconds(
+        found.seconds, kind, cost.flops, cost.kernels, op, eager, layer
+    )
+    return found._replace(seconds=seconds)

@@ -118,18 +118,39 @@ def _toml_value(value) -> str:
 
 
 def to_toml(doc: dict) -> str:
-    """A spec document as TOML (scalars first, then [math.*] and [efficiency])."""
-    lines = ["# Written by `dlperf calibrate`: measured on this machine."]
+    """A spec document as TOML: scalars first, then one table per nested table
+    ([math.fp16], [efficiency], [calibration], [calibration.scales], ...)."""
+    head = "# Written by `dlperf calibrate`: measured on this machine."
+    return "\n".join([head, *_toml_table(doc, "")]) + "\n"
+
+
+def _toml_table(doc: dict, name: str) -> list[str]:
+    lines = [f"\n[{name}]"] if name else []
     for key, value in doc.items():
-        if not isinstance(value, dict):
-            lines.append(f"{key} = {_toml_value(value)}")
-    for dtype, unit in doc.get("math", {}).items():
-        lines.append(f"\n[math.{dtype}]")
-        lines += [f"{k} = {_toml_value(v)}" for k, v in unit.items()]
-    if doc.get("efficiency"):
-        lines.append("\n[efficiency]")
-        lines += [f"{k} = {_toml_value(v)}" for k, v in doc["efficiency"].items()]
-    return "\n".join(lines) + "\n"
+        if value is not None and not isinstance(value, dict):
+            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            lines += _toml_table(value, f"{name}.{_toml_key(key)}" if name else _toml_key(key))
+    return lines
+
+
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else json.dumps(key)
+
+
+def calibrated_document(base, calibration, overrides: dict) -> dict:
+    """The spec file of `base` corrected by a trace: the catalogue device's own
+    facts, the fitted constants, and where they came from."""
+    doc = base.to_dict()
+    for key in ("path", "aliases", "device_names", "calibration"):
+        doc.pop(key, None)
+    doc["id"] = f"{base.id}-calibrated"
+    doc["name"] = f"{base.name} (calibrated on {Path(calibration.source).name})"
+    doc["sources"] = [*base.sources, f"dlperf calibrate --trace {calibration.source}"]
+    doc["efficiency"] = {**doc["efficiency"], **overrides}
+    doc["calibration"] = calibration.to_dict()
+    return doc
 
 
 def write_spec(doc: dict, out: str | Path):

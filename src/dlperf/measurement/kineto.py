@@ -46,6 +46,8 @@ class Kernel:
     duration_us: float
     correlation: int | None
     op: dict | None = None  # the launching cpu_op event
+    launch_us: float | None = None  # when the host launched it (the runtime call's start)
+    stream: int | None = None
 
     @property
     def tensor_cores(self) -> bool:
@@ -66,6 +68,9 @@ class TraceData:
     cpu_ops: list[dict]
     steps: int
     other: dict = field(default_factory=dict)
+    # (start, duration) in us of each `ProfilerStep#N` span, in order
+    step_spans: list[tuple[float, float]] = field(default_factory=list)
+    rank: int | None = None  # distributedInfo.rank of a multi-GPU run
 
 
 def read_trace(path: str | Path) -> TraceData:
@@ -87,7 +92,7 @@ def read_trace(path: str | Path) -> TraceData:
     device = device if isinstance(device, str) else None
 
     kernels, launches, ops_by_tid = [], {}, defaultdict(list)
-    steps = set()
+    steps = {}
     for index, raw in enumerate(doc["traceEvents"]):
         if not isinstance(raw, dict):
             continue
@@ -97,24 +102,35 @@ def read_trace(path: str | Path) -> TraceData:
         e = _checked(raw, index, path)
         args = e["args"]
         if cat == "kernel":
-            kernels.append(Kernel(e["name"], e["ts"], e["dur"], args.get("correlation")))
+            stream = args.get("stream")
+            stream = stream if isinstance(stream, int) and not isinstance(stream, bool) else None
+            kernels.append(
+                Kernel(e["name"], e["ts"], e["dur"], args.get("correlation"), stream=stream)
+            )
         elif cat == "cuda_runtime" and e["name"] in LAUNCHES:
             launches[args.get("correlation")] = e
         elif cat == "cpu_op":
             ops_by_tid[e["tid"]].append(e)
-        if e["name"].startswith("ProfilerStep#"):
-            steps.add(e["name"])
+        if e["name"].startswith("ProfilerStep#") and cat != "gpu_user_annotation":
+            steps.setdefault(e["name"], (e["ts"], e["dur"]))
     for ops in ops_by_tid.values():
         ops.sort(key=lambda e: (e["ts"], -e["dur"]))
     starts = {tid: [e["ts"] for e in ops] for tid, ops in ops_by_tid.items()}
     for k in kernels:
         launch = launches.get(k.correlation)
         if launch is not None:
+            k.launch_us = launch["ts"]
             k.op = _innermost(
                 ops_by_tid.get(launch["tid"], []), starts.get(launch["tid"], []), launch["ts"]
             )
     cpu_ops = [e for ops in ops_by_tid.values() for e in ops]
-    return TraceData(str(path), device, kernels, cpu_ops, max(1, len(steps)))
+    info = doc.get("distributedInfo")
+    rank = info.get("rank") if isinstance(info, dict) else None
+    rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+    spans = sorted(steps.values())
+    return TraceData(
+        str(path), device, kernels, cpu_ops, max(1, len(steps)), step_spans=spans, rank=rank
+    )
 
 
 def _checked(e: dict, index: int, path: Path) -> dict:

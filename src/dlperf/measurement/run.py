@@ -5,7 +5,8 @@ A copy of the model runs (the caller's model and inputs are never changed),
 with real weights (random, as at init, for a meta model) and random inputs of
 the given shapes, training with fused AdamW: warm-up steps first, then
 profiled steps (torch.profiler, shapes recorded) for the per-op times, then
-unprofiled steps for the step time (median and spread). Measured ops are
+unprofiled steps for the step time (median and spread). The profiled steps can
+be written as a Chrome trace (`--trace-out`) for `compare` and `calibrate`. Measured ops are
 matched to predicted rows by op
 name and input shapes, in order.
 """
@@ -169,6 +170,7 @@ def measure_model(
     training=True,
     steps=3,
     warmup=2,
+    trace_out=None,
 ) -> MeasureReport:
     if device == "cuda" and not torch.cuda.is_available():
         raise DlperfError("no CUDA device here; use --device cpu")
@@ -187,11 +189,15 @@ def measure_model(
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with _quiet_profiler():
         with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
-            for _ in range(steps):
-                step()
-                if sync:
-                    sync()
+            for i in range(steps):
+                # the mark profilers with a schedule write: the trace's steps
+                with torch.profiler.record_function(f"ProfilerStep#{i}"):
+                    step()
+                    if sync:
+                        sync()
         events = prof.events()
+        if trace_out is not None:
+            prof.export_chrome_trace(str(trace_out))
     measured = _measured_ops(events, device)
     timing = time_callable(step, warmup=1, repeats=max(5, steps), synchronize=sync)
     ops, categories = _beside_predictions(analysis, measured, steps)

@@ -36,9 +36,12 @@ STYLE = (
 )
 
 
-def render(analysis, memory=None, advice=None, measurement=None, serving=None) -> str:
-    """The page: the analysis always; memory, findings, measurements and
-    serving (a `serving.sweep.ServingSweep`) when given."""
+def render(
+    analysis, memory=None, advice=None, measurement=None, serving=None, comparison=None
+) -> str:
+    """The page: the analysis always; memory, findings, measurements, a
+    profiler trace's comparison and serving (a `serving.sweep.ServingSweep`)
+    when given."""
     title = f"dlperf: {html.escape(analysis.model)} on {html.escape(analysis.gpu)}"
     parts = [f"<h1>{title}</h1>", _lead(analysis, memory), *_where_the_time_goes(analysis)]
     parts.append("<h2>GEMMs</h2>" + _gemms(analysis))
@@ -48,6 +51,8 @@ def render(analysis, memory=None, advice=None, measurement=None, serving=None) -
         parts.append(_findings(advice))
     if measurement is not None:
         parts.append(_measured(measurement))
+    if comparison is not None:
+        parts.append(_compared(comparison))
     if serving is not None:
         from .html_serve import serving_section  # it builds on this module's tables
 
@@ -244,6 +249,48 @@ def _findings(advice) -> str:
     )
     headers = ["rule", "severity", "modules", "fix", "gain", "how"]
     return "<h2>Findings</h2>" + _table(headers, rows, note)
+
+
+def _compared(c) -> str:
+    """A profiler trace of the run against the prediction: per category, per
+    module, and each matched op on a scatter."""
+    head = (
+        f"<p class='note'>{html.escape(c.path)}: {c.steps} step(s), priced as "
+        f"{html.escape(c.gpu)}; step predicted {_ms(c.predicted_step_s)}, measured "
+        f"{_ms(c.measured_step_s)}; {c.mapped_share:.1%} of the measured time on a model op "
+        "or a named category</p>"
+    )
+
+    def error(p: float, m: float) -> str:
+        return f"{(p - m) / m:+.0%}" if m else "-"
+
+    categories = [
+        [name, _ms(v["predicted_s"]), _ms(v["measured_s"]),
+         error(v["predicted_s"], v["measured_s"])]
+        for name, v in c.categories.items()
+    ]  # fmt: skip
+    modules = [
+        [m["module"], _ms(m["predicted_s"]), _ms(m["measured_s"]),
+         error(m["predicted_s"], m["measured_s"])]
+        for m in c.modules
+    ]  # fmt: skip
+    headers = ["", "predicted", "measured", "error"]
+    chart = ""
+    if c.rows:
+        chart = scatter_svg(
+            "per matched op",
+            [r.measured_s for r in c.rows],
+            [r.predicted_s for r in c.rows],
+            "measured s",
+            "predicted s",
+        )
+    return (
+        "<h2>Your trace against the prediction</h2>"
+        + head
+        + _table(["category", *headers[1:]], categories)
+        + _table(["module", *headers[1:]], modules, "matched ops only, per step")
+        + chart
+    )
 
 
 def _measured(measurement) -> str:

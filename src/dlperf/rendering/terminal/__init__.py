@@ -3,7 +3,8 @@ renderer takes a result and prints it, computing nothing."""
 
 from .advice import advice_report, applied_report, rules_document, rules_table
 from .analysis import analysis_report
-from .catalog import gemm_report, gpus_document, gpus_table
+from .catalog import gemm_report, gpus_document, gpus_table, spec_document, spec_report
+from .compare import compare_report
 from .configs import explain_config, models_table
 from .files import sweeps_list, written
 from .format import gib, seconds
@@ -18,6 +19,9 @@ __all__ = [
     "analysis_report",
     "applied_report",
     "calibration_document",
+    "compare_report",
+    "spec_document",
+    "spec_report",
     "explain_config",
     "models_table",
     "calibration_report",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
@@ -61,6 +62,42 @@ def gpus_table(specs, console: Console | None = None) -> None:
 
 def gpus_document(specs) -> dict:
     return {"gpus": [s.summary() for s in specs]}
+
+
+def spec_document(spec) -> dict:
+    """One spec file as `dlperf gpus --spec` shows it: its facts, constants and
+    what a trace calibrated."""
+    return {"spec": spec.to_dict()}
+
+
+def spec_report(spec, console: Console | None = None) -> None:
+    console = console or wide_console()
+    console.print(_gpu_table([spec], list(GPU_COLUMNS), dropped=False))
+    c = spec.calibration
+    if c is None:
+        console.print(f"{escape(spec.path)}: no [calibration] table (not fitted from a trace)")
+        return
+    console.print(
+        f"calibrated on [bold]{escape(c.source)}[/] (model {escape(c.model)}), extending {c.base}"
+    )
+    table = Table(title="fitted from the trace")
+    for col in ("constant", "value", "residual |error| after the fit"):
+        table.add_column(col)
+    for kind, scale in c.scales.items():
+        residual = c.residuals.get(kind)
+        table.add_row(f"scales.{kind}", f"{scale:.3f}", f"{residual:.1%}" if residual else "")
+    if "gemm_exponent" in c.fitted:
+        table.add_row("gemm_exponent", f"{c.gemm_exponent:+.3f}", "")
+    for op, scale in sorted(c.op_scales.items()):
+        table.add_row(f"op_scales.{escape(op)}", f"{scale:.3f}", "")
+    table.add_row("kernel_extra_s", seconds(c.kernel_extra_s), "")
+    if "host_gap_s" in c.fitted:
+        table.add_row("host_gap_s", seconds(c.host_gap_s), "")
+    if "efficiency.stream_gap_s" in c.fitted:
+        table.add_row("efficiency.stream_gap_s", seconds(spec.efficiency.stream_gap_s), "")
+    console.print(table)
+    for why in c.kept:
+        console.print(f"kept the catalogue's value: {escape(why)}")
 
 
 def gemm_report(r, console: Console | None = None) -> None:

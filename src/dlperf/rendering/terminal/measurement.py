@@ -136,14 +136,26 @@ def _measured_ops(r) -> Table:
 
 def calibration_document(spec, out: str) -> dict:
     """What `dlperf calibrate` wrote: the file, the spec's summary and its fitted figures."""
-    fitted = ("kernel_latency_s", "saturation_bytes_per_sm")
+    fitted = ("kernel_latency_s", "saturation_bytes_per_sm", "stream_gap_s")
     return {
         "out": out,
         "spec": spec.summary(),
         "efficiency": {k: getattr(spec.efficiency, k) for k in fitted},
+        "calibration": spec.calibration.to_dict() if spec.calibration else None,
     }
 
 
 def calibration_report(doc: dict) -> None:
     name = doc["spec"]["name"]
     sys.stdout.write(f"wrote {doc['out']}: {name}; use it as --gpu {doc['out']}\n")
+    c = doc["calibration"]
+    if c:
+        scales = ", ".join(f"{k} x{v:.2f}" for k, v in c["scales"].items())
+        residuals = ", ".join(f"{k} {v:.0%}" for k, v in c["residuals"].items())
+        sys.stdout.write(
+            f"fitted: {', '.join(c['fitted'])}\nscales: {scales or '-'}; residual |error| per "
+            f"class after the fit: {residuals or '-'}\n"
+        )
+        for why in c["kept"]:
+            sys.stdout.write(f"kept the catalogue's value: {why}\n")
+        sys.stdout.write(f"details: dlperf gpus --spec {doc['out']}\n")

@@ -1,0 +1,155 @@
+"""What a profiler trace of the user's own run taught about their device
+(`dlperf calibrate --trace`), as a spec file's [calibration] table.
+
+The catalogue's model prices each kernel from the device's datasheet and
+constants fitted on other runs. A trace of the user's run measures the same
+kernels on their device, driver and library versions, so the spec it writes
+keeps the model and corrects its time per class of kernel:
+
+    seconds = scale(layer, else op, else class x (work / reference) ** exponent)
+              x predicted + (kernel_extra_s + host_gap_s) x kernels
+
+- `scales`: per class (gemm, attention, memory-bound), the factor the trace's
+  kernels of that class ran at against the prediction; for GEMMs also an
+  exponent in their FLOPs (about 10^9 FLOPs the reference), their size
+  dependence: small GEMMs lose more to fixed costs than the tile model says.
+- `layer_scales`: each op of the traced model, by its place in the model (the
+  model, module, phase, op, dtype and which of such calls it is), the factor
+  it ran at: a layer's kernels are the ones the library picked for its
+  shapes, so the same model at another batch or sequence length keeps them.
+  Another model's ops have other keys and take the factors below.
+- `op_scales`: memory-bound ops the trace shows enough of get their own factor
+  (a CPU's random numbers or `tanh` run far from the streaming rate).
+- `kernel_extra_s`: a fixed cost per kernel the prediction lacks.
+- `host_gap_s`: on a CPU, the framework's own time between ops, per kernel
+  (nothing overlaps it there); on a GPU the gap between kernels back to back
+  is the spec's `stream_gap_s`, overridden in [efficiency].
+
+A class the trace does not show keeps the catalogue's model (scale 1) and is
+listed under `kept`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..errors import DlperfError
+
+CLASSES = ("gemm", "attention", "memory-bound")
+GEMM_REFERENCE_FLOPS = 1e9
+
+
+@dataclass(frozen=True)
+class Calibration:
+    source: str  # the trace file
+    model: str  # the model it was matched to
+    base: str  # the catalogue device it extends
+    scales: dict = field(default_factory=dict)  # class -> factor
+    gemm_exponent: float = 0.0
+    op_scales: dict = field(default_factory=dict)  # profiler op name -> factor
+    kernel_extra_s: float = 0.0
+    host_gap_s: float = 0.0
+    fitted: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    residuals: dict = field(default_factory=dict)  # class -> |error| after the fit
+    layer_scales: dict = field(default_factory=dict)  # layer_key -> factor
+
+    def seconds(self, seconds: float, kind: str, flops: float, kernels: int, op: str | None,
+                eager: bool, layer: str | None = None) -> float:  # fmt: skip
+        """A predicted kernel time corrected as the trace says."""
+        scale = self.layer_scales.get(layer) if layer else None
+        if scale is None and op:
+            scale = self.op_scales.get(op)
+        if scale is None:
+            scale = self.scales.get(kind, 1.0)
+            if kind == "gemm" and self.gemm_exponent and flops > 0:
+                scale *= (flops / GEMM_REFERENCE_FLOPS) ** self.gemm_exponent
+        extra = self.kernel_extra_s + (self.host_gap_s if eager else 0.0)
+        return scale * seconds + extra * max(1, kernels)
+
+    def to_dict(self) -> dict:
+        return {
+            "source": self.source,
+            "model": self.model,
+            "base": self.base,
+            "scales": dict(self.scales),
+            "gemm_exponent": self.gemm_exponent,
+            "op_scales": dict(self.op_scales),
+            "kernel_extra_s": self.kernel_extra_s,
+            "host_gap_s": self.host_gap_s,
+            "fitted": list(self.fitted),
+            "kept": list(self.kept),
+            "residuals": dict(self.residuals),
+            "layer_scales": dict(self.layer_scales),
+        }
+
+
+def calibration_from_dict(raw, where: str) -> Calibration:
+    """Validate a spec file's [calibration] table."""
+    if not isinstance(raw, dict):
+        raise DlperfError(f"{where}: [calibration] must be a table")
+
+    def text(key: str) -> str:
+        value = raw.get(key, "")
+        if not isinstance(value, str):
+            raise DlperfError(f"{where}: calibration.{key} must be a string")
+        return value
+
+    def number(key: str, value, low: float = 0.0) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise DlperfError(f"{where}: calibration.{key} must be a number (got {value!r})")
+        if not math.isfinite(value) or value < low:
+            raise DlperfError(f"{where}: calibration.{key} must be a finite number >= {low:g}")
+        return float(value)
+
+    def table(key: str) -> dict:
+        value = raw.get(key, {})
+        if not isinstance(value, dict):
+            raise DlperfError(f"{where}: calibration.{key} must be a table")
+        return value
+
+    scales = {}
+    for kind, value in table("scales").items():
+        if kind not in CLASSES:
+            raise DlperfError(
+                f"{where}: calibration.scales.{kind} is not a class; use {', '.join(CLASSES)}"
+            )
+        scales[kind] = number(f"scales.{kind}", value, 1e-6)
+    ops = {op: number(f"op_scales.{op}", v, 1e-6) for op, v in table("op_scales").items()}
+    lists = {}
+    for key in ("fitted", "kept"):
+        items = raw.get(key, [])
+        if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+            raise DlperfError(f"{where}: calibration.{key} must be a list of strings")
+        lists[key] = tuple(items)
+    residuals = {k: number(f"residuals.{k}", v) for k, v in table("residuals").items()}
+    layers = {k: number(f"layer_scales.{k}", v, 1e-6) for k, v in table("layer_scales").items()}
+    exponent = raw.get("gemm_exponent", 0.0)
+    return Calibration(
+        text("source"),
+        text("model"),
+        text("base"),
+        scales,
+        number("gemm_exponent", exponent, -1.0),
+        ops,
+        number("kernel_extra_s", raw.get("kernel_extra_s", 0.0)),
+        number("host_gap_s", raw.get("host_gap_s", 0.0)),
+        lists["fitted"],
+        lists["kept"],
+        residuals,
+        layers,
+    )
+
+
+def layer_keys(model: str, rows) -> list[str]:
+    """Each row's place in the model: model, module, phase, op and dtype, and
+    which of the rows sharing those it is (the i-th, in trace order).
+    `rows` are (module, phase, op, dtype) tuples, all of the analysis's."""
+    seen: dict[tuple, int] = {}
+    keys = []
+    for ident in rows:
+        i = seen.get(ident, 0)
+        seen[ident] = i + 1
+        keys.append("|".join((model, *map(str, ident))) + f"#{i}")
+    return keys

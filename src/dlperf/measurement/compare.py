@@ -1,0 +1,344 @@
+"""`dlperf compare`: the model's predicted ops beside a profiler trace of the
+same model's run, per op, per module and per category.
+
+The trace's calls are matched to the model's predicted rows
+(`trace_match`). Time the model does not explain is still named: kernels
+launched outside any model op (communication, the optimizer's kernels, a
+library's own ops) by what their names say they are, and on a CPU the
+framework's own work between ops as "host". `mapped_share` is the share of
+the measured time that lands on a model op or a named category; what is
+left is "unmapped". All times are per profiled step; an op's is the median
+of its calls, one per step.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ..hardware.calibration import layer_keys
+from ..kernels.roofline import roofline_time_s
+from ..kinds import Category
+from .kineto import Kernel, TraceData, busy_time_us
+from .trace_match import (
+    OPTIMIZER,
+    Call,
+    anchored_calls,
+    canonical,
+    match,
+    repeats,
+    trace_name,
+)
+
+GEMM, ATTENTION, MEMORY, COMMUNICATION, HOST, UNMAPPED = (
+    "gemm",
+    "attention",
+    "memory-bound",
+    "communication",
+    "host",
+    "unmapped",
+)
+CLASSES = (GEMM, ATTENTION, MEMORY, COMMUNICATION, HOST, UNMAPPED)
+# What kernels outside the model's ops are, by name (checked in this order).
+_KERNEL_CLASSES = (
+    (COMMUNICATION, re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter", re.I)),
+    (ATTENTION, re.compile(r"flash|fmha|attention|attn", re.I)),
+    (MEMORY, re.compile(r"bn_|batch_?norm|layer_?norm|rms_?norm|softmax|pool", re.I)),
+    (
+        GEMM,
+        re.compile(
+            r"gemm|cutlass|xmma|wgmma|gmma|conv|cudnn|dgrad|wgrad|winograd|implicit|"
+            r"splitK|sm\d+_|(ampere|volta|turing|hopper|maxwell)_",
+            re.I,
+        ),
+    ),
+    (
+        MEMORY,
+        re.compile(
+            r"elementwise|vectorized|unrolled|reduce|norm|copy|cat|index|scatter|gather|"
+            r"embedding|dropout|distribution|fill|multi_tensor|adam|sgd|memcpy|memset|"
+            r"transpose|permute|sort|topk|where|cast|triton_|fused|bias|relu|gelu|silu|"
+            r"rotary|rope|loss|cross_entropy|split_embedding|quantize|scale",
+            re.I,
+        ),
+    ),
+)
+_GEMM_OPS = re.compile(r"::(mm|addmm|bmm|baddbmm|matmul|linear|convolution\w*|_scaled_mm\w*)$")
+_ATTENTION_OPS = re.compile(r"attention|flash|sdpa", re.I)
+
+
+def kernel_class(name: str) -> str:
+    for cls, pattern in _KERNEL_CLASSES:
+        if pattern.search(name):
+            return cls
+    return UNMAPPED
+
+
+def call_class(name: str) -> str:
+    if _ATTENTION_OPS.search(name):
+        return ATTENTION
+    if _GEMM_OPS.search(name):
+        return GEMM
+    return MEMORY
+
+
+def row_class(row) -> str:
+    if "attention" in row.family:
+        return ATTENTION
+    return GEMM if row.category == Category.CONTRACTION else MEMORY
+
+
+@dataclass
+class CompareRow:
+    """One predicted op beside what the trace measured for it (per step)."""
+
+    module: str
+    op: str
+    phase: str
+    category: str  # one of CLASSES
+    bound: str
+    shapes: list
+    flops: float
+    bytes: float
+    predicted_s: float
+    measured_s: float
+    calls: int  # trace calls averaged into measured_s
+    kernels: int  # predicted kernels of the op
+    roofline_s: float  # the plain roofline at the device's peak and bandwidth
+    layer: str = ""  # its place in the model (`hardware.calibration.layer_keys`)
+
+    @property
+    def ratio(self) -> float:
+        """Measured over predicted: above 1, the run was slower than predicted."""
+        return self.measured_s / self.predicted_s if self.predicted_s else float("inf")
+
+    @property
+    def fraction_of_roofline(self) -> float:
+        return self.roofline_s / self.measured_s if self.measured_s else 0.0
+
+    def to_dict(self) -> dict:
+        out = dict(self.__dict__)
+        out["ratio"] = self.ratio if self.predicted_s else None
+        out["fraction_of_roofline"] = self.fraction_of_roofline
+        return out
+
+
+@dataclass
+class Comparison:
+    path: str
+    gpu: str
+    device: str | None  # the trace's own device name
+    model: str
+    steps: int
+    predicted_step_s: float
+    measured_step_s: float  # median profiled step (kernels' span on a GPU without step marks)
+    measured_s: float  # the time the categories split: kernels' time, or ops' time on a CPU
+    busy_s: float  # GPU: time at least one kernel runs; CPU: the ops' time
+    idle_s: float  # GPU: the step's span less its busy time
+    mapped_share: float
+    rows: list[CompareRow] = field(default_factory=list)
+    unmatched_rows: list[dict] = field(default_factory=list)  # predicted, not in the trace
+    outside: list[dict] = field(default_factory=list)  # trace time on no model op, by name
+    categories: dict = field(default_factory=dict)
+    modules: list[dict] = field(default_factory=list)
+    communication: dict = field(default_factory=dict)
+    rank: int | None = None
+
+    @property
+    def misses(self) -> list[CompareRow]:
+        """Rows by how much time the prediction misses, largest first."""
+        return sorted(self.rows, key=lambda r: abs(r.measured_s - r.predicted_s), reverse=True)
+
+    def to_dict(self, misses: int = 10) -> dict:
+        skip = ("rows",)
+        out = {k: v for k, v in self.__dict__.items() if k not in skip}
+        out["rows"] = [r.to_dict() for r in self.rows]
+        out["misses"] = [r.to_dict() for r in self.misses[:misses]]
+        return out
+
+
+def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
+    """`analysis` (a dlperf Analysis of the model as the run ran it) beside `data`."""
+    idents = [(r.module, r.phase, r.op, r.dtype) for r in analysis.rows]
+    layer_of = dict(zip(map(id, analysis.rows), layer_keys(analysis.model, idents), strict=True))
+    rows = [r for r in analysis.rows if r.time_s > 0 or r.flops or r.bytes]
+    names = {trace_name(r.op) for r in rows}
+    calls, orphans = anchored_calls(data, names)
+    steps = data.steps if data.step_spans else repeats(rows, calls)
+    taken, left = match(rows, calls, steps)
+    gpu = bool(data.kernels)
+    spec = analysis.spec
+    out_rows, unmatched = [], []
+    categories = {c: {"predicted_s": 0.0, "measured_s": 0.0} for c in CLASSES}
+    for row, mine in zip(rows, taken, strict=True):
+        cls = row_class(row)
+        categories[cls]["predicted_s"] += row.time_s
+        if not mine:
+            unmatched.append({"module": row.module, "op": row.op, "predicted_s": row.time_s})
+            continue
+        # a row's calls are one per step: their median, which a step slowed by
+        # another process (or a first step's warm-up) does not move; the
+        # optimizer's calls are all of each step's, their mean per step
+        if trace_name(row.op) == OPTIMIZER:
+            measured = sum(c.time_us for c in mine) * 1e-6 / steps
+        else:
+            measured = statistics.median(c.time_us for c in mine) * 1e-6
+        categories[cls]["measured_s"] += measured
+        dtype = row.dtype if row.dtype in spec.math else "fp32"
+        roof = roofline_time_s(
+            row.flops, row.bytes, spec.peak_flops_per_s(dtype), spec.memory_bandwidth_bytes_per_s
+        )
+        out_rows.append(
+            CompareRow(
+                row.module, row.op, str(row.phase), cls, str(row.bound), row.shapes,
+                row.flops, row.bytes, row.time_s, measured, len(mine), row.kernels, roof,
+                layer_of[id(row)],
+            )
+        )  # fmt: skip
+    outside = _outside(left, orphans, steps)
+    for entry in outside:
+        categories[entry["category"]]["measured_s"] += entry["measured_s"]
+    if gpu:
+        total = sum(k.duration_us for k in data.kernels) * 1e-6 / steps
+        busy = busy_time_us(data.kernels) * 1e-6 / steps
+        first = min(k.start_us for k in data.kernels)
+        last = max(k.start_us + k.duration_us for k in data.kernels)
+        span = (last - first) * 1e-6 / steps
+        idle = max(0.0, span - busy)
+    else:
+        ops_s = sum(c.time_us for c in calls) * 1e-6 / steps
+        host = _host_s(data, steps) - ops_s
+        if host > 0:
+            categories[HOST]["measured_s"] += host
+            outside.append({"name": "(framework, between ops)", "category": HOST,
+                            "measured_s": host, "calls": 0})  # fmt: skip
+        total = busy = ops_s + max(0.0, host)
+        span, idle = busy, 0.0
+    measured_step = (
+        statistics.median(d for _, d in data.step_spans) * 1e-6 if data.step_spans else span
+    )
+    mapped = total - categories[UNMAPPED]["measured_s"]
+    return Comparison(
+        data.path,
+        spec.id,
+        data.device_name,
+        analysis.model,
+        steps,
+        analysis.step_time_s,
+        measured_step,
+        total,
+        busy,
+        idle,
+        mapped / total if total else 0.0,
+        out_rows,
+        unmatched,
+        sorted(outside, key=lambda e: e["measured_s"], reverse=True),
+        {c: v for c, v in categories.items() if v["predicted_s"] or v["measured_s"]},
+        _modules(out_rows, depth),
+        communication_summary(data, spec, steps) if gpu else {},
+        data.rank,
+    )
+
+
+def _outside(left: list[Call], orphans: list[Kernel], steps: int) -> list[dict]:
+    """Trace time on no predicted row, one entry per name and category."""
+    found: dict[tuple, dict] = {}
+
+    def add(name: str, cls: str, seconds: float):
+        entry = found.setdefault(
+            (name, cls), {"name": name, "category": cls, "measured_s": 0.0, "calls": 0}
+        )
+        entry["measured_s"] += seconds / steps
+        entry["calls"] += 1
+
+    for c in left:
+        if c.kernels:  # each kernel by what it is: a model op's name may hide a copy
+            for k in c.kernels:
+                add(c.name, _class_of_kernel(k, c.name), k.duration_us * 1e-6)
+        else:
+            add(c.name, call_class(c.name), c.time_us * 1e-6)
+    for k in orphans:
+        op = canonical(k.op["name"]) if k.op else "(no launching op)"
+        add(op, kernel_class(k.name), k.duration_us * 1e-6)
+    return list(found.values())
+
+
+def _class_of_kernel(k: Kernel, op: str) -> str:
+    cls = kernel_class(k.name)
+    return call_class(op) if cls == UNMAPPED else cls
+
+
+def _host_s(data: TraceData, steps: int) -> float:
+    """A CPU run's time per step: its profiled steps, else its top-level ops."""
+    if data.step_spans:
+        return sum(d for _, d in data.step_spans) * 1e-6 / len(data.step_spans)
+    by_tid = defaultdict(list)
+    for op in data.cpu_ops:
+        by_tid[op.get("tid")].append(op)
+    total = 0.0
+    for ops in by_tid.values():
+        end = float("-inf")
+        for op in ops:  # sorted by start: the top level are those past the last end
+            if op["ts"] >= end:
+                total += op["dur"]
+                end = op["ts"] + op["dur"]
+    return total * 1e-6 / steps
+
+
+def _modules(rows: list[CompareRow], depth: int) -> list[dict]:
+    found: dict[str, dict] = {}
+    for r in rows:
+        key = ".".join(r.module.split(".")[:depth]) if r.module else "(model)"
+        entry = found.setdefault(key, {"module": key, "predicted_s": 0.0, "measured_s": 0.0})
+        entry["predicted_s"] += r.predicted_s
+        entry["measured_s"] += r.measured_s
+    return sorted(found.values(), key=lambda e: e["measured_s"], reverse=True)
+
+
+def communication_summary(data: TraceData, spec, steps: int) -> dict:
+    """Communication kernels of one rank's trace: their time, the part no
+    compute kernel overlaps (exposed), per step, and those whose size the
+    trace records priced by dlperf's collective model (`ranks`)."""
+    from .ranks import priced_collectives
+
+    comm = [k for k in data.kernels if kernel_class(k.name) == COMMUNICATION]
+    if not comm:
+        return {}
+    compute = [k for k in data.kernels if kernel_class(k.name) != COMMUNICATION]
+    total = sum(k.duration_us for k in comm)
+    exposed = _uncovered_us(comm, compute)
+    return {
+        "kernels": len(comm),
+        "time_s": total * 1e-6 / steps,
+        "exposed_s": exposed * 1e-6 / steps,
+        **priced_collectives(comm, spec, steps),
+    }
+
+
+def _uncovered_us(kernels: list[Kernel], cover: list[Kernel]) -> float:
+    """Time of the union of `kernels` that no kernel of `cover` runs beside."""
+    spans = _union([(k.start_us, k.start_us + k.duration_us) for k in kernels])
+    covered = _union([(k.start_us, k.start_us + k.duration_us) for k in cover])
+    out, j = 0.0, 0
+    for start, end in spans:
+        length = end - start
+        while j < len(covered) and covered[j][1] <= start:
+            j += 1
+        i = j
+        while i < len(covered) and covered[i][0] < end:
+            length -= max(0.0, min(end, covered[i][1]) - max(start, covered[i][0]))
+            i += 1
+        out += length
+    return out
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[list[float]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]

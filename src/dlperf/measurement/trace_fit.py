@@ -1,0 +1,207 @@
+"""Fit a device's corrections from a trace of the user's run (`dlperf
+calibrate --trace`); see `hardware.calibration` for what is fitted and how
+it is applied.
+
+The fit reads the comparison of the trace with the model's prediction. Per
+matched op i of class c with predicted time p_i, k_i kernels and measured
+time m_i, it solves m_i = s_c p_i + f k_i by least squares weighted by
+1 / m_i (each op's squared error relative to its own time, times its share
+of the step), then the GEMMs' size dependence (log of the ratio against the
+log of their FLOPs), then a factor per memory-bound op with enough time in
+the trace. What the step holds beyond its priced ops is the host's: on a CPU
+spread over the kernels as a gap per kernel, on a GPU read off the trace as
+the gap between kernels queued back to back.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+
+import numpy as np
+
+from ..hardware.calibration import CLASSES, GEMM_REFERENCE_FLOPS, Calibration, layer_keys
+from .compare import Comparison
+from .kineto import TraceData
+
+MIN_ROWS = 3  # matched ops a class needs before its scale is fitted
+MIN_OP_SHARE = 0.005  # of the memory-bound time, for an op's own factor
+MIN_GAPS = 20  # back-to-back kernel pairs before the gap is fitted
+
+
+def fit_calibration(analysis, comparison: Comparison, data: TraceData) -> tuple:
+    """(Calibration, efficiency overrides) from `comparison` of `data` with `analysis`."""
+    rows = [r for r in comparison.rows if r.measured_s > 0 and r.predicted_s > 0]
+    fitted, kept = [], []
+    present = [c for c in CLASSES if sum(r.category == c for r in rows) >= MIN_ROWS]
+    for c in CLASSES:
+        if c not in present:
+            kept.append(f"scales.{c} (under {MIN_ROWS} {c} ops matched in the trace)")
+    scales, extra = _linear_fit(rows, present)
+    if present:
+        fitted += [f"scales.{c}" for c in present] + ["kernel_extra_s"]
+    else:
+        kept.append("kernel_extra_s (no class has enough matched ops)")
+    exponent = 0.0
+    gemms = [r for r in rows if r.category == "gemm"]
+    spread = _decades([r.flops for r in gemms])
+    if len(gemms) >= 5 and spread >= 1.0:
+        scales["gemm"], exponent = _size_fit(gemms, extra)
+        fitted.append("gemm_exponent")
+    else:
+        kept.append(f"gemm_exponent (the trace's GEMMs span {spread:.1f} decades of FLOPs)")
+    op_scales = _op_scales(rows, extra)
+    if op_scales:
+        fitted.append(f"op_scales ({len(op_scales)} memory-bound ops)")
+    layers = {}
+    for r in rows:
+        core = r.measured_s - extra * max(1, r.kernels)
+        if core > 0:
+            layers[r.layer] = core / r.predicted_s
+    if layers:
+        fitted.append(f"layer_scales ({len(layers)} ops of {analysis.model})")
+    calibration = Calibration(
+        data.path,
+        analysis.model,
+        analysis.spec.id,
+        scales,
+        exponent,
+        op_scales,
+        extra,
+        layer_scales=layers,
+    )
+    overrides = {}
+    if data.kernels:
+        gap = _back_to_back_gap_s(data)
+        if gap is None:
+            kept.append(f"efficiency.stream_gap_s (under {MIN_GAPS} kernels queued back to back)")
+        else:
+            overrides["stream_gap_s"] = gap
+            fitted.append("efficiency.stream_gap_s")
+        kept.append("host_gap_s (a GPU's host overlaps its kernels: the issue model's)")
+    else:
+        host = _host_gap_s(analysis, calibration, comparison.measured_step_s)
+        calibration = _replace(calibration, host_gap_s=host)
+        fitted.append("host_gap_s")
+    residuals = _residuals(rows, calibration, analysis)
+    return _replace(calibration, fitted=tuple(fitted), kept=tuple(kept),
+                    residuals=residuals), overrides  # fmt: skip
+
+
+def _replace(c: Calibration, **changes) -> Calibration:
+    import dataclasses
+
+    return dataclasses.replace(c, **changes)
+
+
+def _linear_fit(rows, classes: list[str]) -> tuple[dict, float]:
+    """s_c per class and f (>= 0) minimizing sum (s_c p + f k - m)^2 / m."""
+    if not classes:
+        return {}, 0.0
+    use = [r for r in rows if r.category in classes]
+    for with_fixed in (True, False):
+        a = np.zeros((len(use), len(classes) + with_fixed))
+        b = np.zeros(len(use))
+        for i, r in enumerate(use):
+            w = 1.0 / math.sqrt(r.measured_s)
+            a[i, classes.index(r.category)] = r.predicted_s * w
+            if with_fixed:
+                a[i, -1] = max(1, r.kernels) * w
+            b[i] = r.measured_s * w
+        x = np.linalg.lstsq(a, b, rcond=None)[0]
+        extra = float(x[-1]) if with_fixed else 0.0
+        if extra >= 0 and all(v > 0 for v in x[: len(classes)]):
+            return {c: float(x[j]) for j, c in enumerate(classes)}, extra
+    # a degenerate set (every op the same size): the plain ratio of the sums
+    out = {}
+    for c in classes:
+        mine = [r for r in use if r.category == c]
+        out[c] = sum(r.measured_s for r in mine) / sum(r.predicted_s for r in mine)
+    return out, 0.0
+
+
+def _decades(values) -> float:
+    values = [v for v in values if v > 0]
+    return math.log10(max(values) / min(values)) if values else 0.0
+
+
+def _size_fit(gemms, extra: float) -> tuple[float, float]:
+    """(scale at the reference size, exponent) of the GEMMs' ratio in their
+    FLOPs, weighted by measured time; the fixed part taken off first."""
+    x, y, w = [], [], []
+    for r in gemms:
+        core = r.measured_s - extra * max(1, r.kernels)
+        if core <= 0:
+            continue
+        x.append(math.log(r.flops / GEMM_REFERENCE_FLOPS))
+        y.append(math.log(core / r.predicted_s))
+        w.append(r.measured_s)
+    slope, intercept = np.polyfit(x, y, 1, w=np.sqrt(w))
+    slope = min(1.0, max(-1.0, float(slope)))
+    return math.exp(float(intercept)), slope
+
+
+def _op_scales(rows, extra: float) -> dict:
+    memory = [r for r in rows if r.category == "memory-bound"]
+    total = sum(r.measured_s for r in memory)
+    by_op = defaultdict(list)
+    for r in memory:
+        by_op[r.op].append(r)
+    out = {}
+    for op, mine in by_op.items():
+        measured = sum(r.measured_s for r in mine)
+        if measured < MIN_OP_SHARE * total:
+            continue
+        core = measured - extra * sum(max(1, r.kernels) for r in mine)
+        predicted = sum(r.predicted_s for r in mine)
+        if core > 0 and predicted > 0:
+            out[op] = core / predicted
+    return out
+
+
+def _host_gap_s(analysis, calibration: Calibration, measured_step_s: float) -> float:
+    """A CPU step's time beyond its corrected ops, per kernel."""
+    kernels = sum(max(1, r.kernels) for r in analysis.rows)
+    idents = [(r.module, r.phase, r.op, r.dtype) for r in analysis.rows]
+    layers = layer_keys(analysis.model, idents)
+    priced = sum(_corrected(r, calibration, k) for r, k in zip(analysis.rows, layers, strict=True))
+    return max(0.0, measured_step_s - priced) / kernels if kernels else 0.0
+
+
+def _corrected(row, calibration: Calibration, layer: str) -> float:
+    from .compare import row_class
+
+    return calibration.seconds(
+        row.time_s, row_class(row), row.flops, row.kernels, row.op, eager=True, layer=layer
+    )
+
+
+def _residuals(rows, calibration: Calibration, analysis) -> dict:
+    """Per class, the matched ops' |corrected - measured| over measured, after
+    the fit, by the class and op factors alone: what another model's ops get
+    (the traced model's own layers take their own factors)."""
+    error, measured = defaultdict(float), defaultdict(float)
+    for r in rows:
+        corrected = calibration.seconds(
+            r.predicted_s, r.category, r.flops, r.kernels, r.op, eager=False
+        )
+        error[r.category] += abs(corrected - r.measured_s)
+        measured[r.category] += r.measured_s
+    return {c: error[c] / measured[c] for c in error if measured[c]}
+
+
+def _back_to_back_gap_s(data: TraceData) -> float | None:
+    """The median gap between kernels on one stream whose launch came before
+    the previous kernel ended (queued: the gap is the device's, not the host's)."""
+    by_stream = defaultdict(list)
+    for k in data.kernels:
+        by_stream[k.stream].append(k)
+    gaps = []
+    for kernels in by_stream.values():
+        kernels.sort(key=lambda k: k.start_us)
+        for prev, nxt in zip(kernels, kernels[1:], strict=False):
+            end = prev.start_us + prev.duration_us
+            if nxt.launch_us is not None and nxt.launch_us < end and nxt.start_us >= end:
+                gaps.append(nxt.start_us - end)
+    return statistics.median(gaps) * 1e-6 if len(gaps) >= MIN_GAPS else None

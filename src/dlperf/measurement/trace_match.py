@@ -1,0 +1,189 @@
+"""Which of a profiler trace's calls are the model's ops, and what each took.
+
+A traced model's ops are the calls dlperf's dispatch mode saw: below
+autograd, above the kernels' own nested calls. In a profiler trace they sit
+among wrappers (`aten::linear` holds `aten::t` and `aten::addmm`) and nested
+calls (`aten::_to_copy` holds `aten::copy_`). A trace call is a model op when
+its name is one the model predicts and no enclosing call is one: the
+outermost such call, its *anchor*, owns the time of everything inside it.
+
+On a GPU that time is the kernels launched inside the anchor; on a CPU, where
+the op is its own kernel, the anchor's span. Calls are matched to predicted
+rows by name and input shapes in order (the i-th call of a shape in each
+profiled step is the i-th predicted row of that shape), then by name alone,
+for traces recorded without shapes and for tensor-list arguments.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from .kineto import Kernel, TraceData
+
+# Trace names that are the same op as a name dlperf's trace records: the
+# library's own kernels behind a generic op (cuDNN's batch norm is
+# `native_batch_norm` on the CPU and under fake tensors).
+ALIASES = {
+    "aten::cudnn_batch_norm": "aten::native_batch_norm",
+    "aten::miopen_batch_norm": "aten::native_batch_norm",
+    "aten::_native_batch_norm_legit": "aten::native_batch_norm",
+    "aten::_native_batch_norm_legit_no_training": "aten::native_batch_norm",
+    "aten::cudnn_batch_norm_backward": "aten::native_batch_norm_backward",
+    "aten::miopen_batch_norm_backward": "aten::native_batch_norm_backward",
+    "aten::cudnn_convolution": "aten::convolution",
+    "aten::_convolution": "aten::convolution",
+    "aten::clamp_min_": "aten::relu_",
+    "aten::clamp_min": "aten::relu",
+}
+# One optimizer row stands for every call of the step's optimizer.
+OPTIMIZER = "(optimizer)"
+_OPTIMIZER_CALLS = re.compile(r"^aten::(_fused_(adamw?|sgd|adagrad)_?|_foreach_\w+)$")
+
+
+def trace_name(row_op: str) -> str:
+    """The profiler's name of a predicted row's op: aten.addmm.default -> aten::addmm."""
+    if row_op.startswith("optimizer."):
+        return OPTIMIZER
+    parts = row_op.split(".")
+    if len(parts) >= 2 and parts[0] in ("aten", "dlperf", "prims"):
+        return f"{parts[0]}::{parts[1]}"
+    return row_op
+
+
+# SDPA as dlperf traces it (one op each way, `tracing.attention`) and as the
+# profiler names the calls: the public op forward, each backend's op backward.
+_ATTENTION_CALLS = (
+    (re.compile(r"^aten::scaled_dot_product_attention$"), "dlperf::attention"),
+    (
+        re.compile(
+            r"^aten::_(scaled_dot_product_\w+|flash_attention|efficient_attention)_backward$"
+        ),
+        "dlperf::attention_backward",
+    ),
+)
+
+
+def canonical(name: str) -> str:
+    if _OPTIMIZER_CALLS.match(name):
+        return OPTIMIZER
+    for pattern, own in _ATTENTION_CALLS:
+        if pattern.match(name):
+            return own
+    return ALIASES.get(name, name)
+
+
+@dataclass
+class Call:
+    """One anchored call in the trace: a model op as the run made it."""
+
+    name: str  # canonical
+    shapes: tuple | None  # input shapes, None when the trace recorded none
+    start_us: float
+    time_us: float
+    kernels: list[Kernel] = field(default_factory=list)
+
+
+def _shape_key(dims) -> tuple | None:
+    """Tensor input shapes as a hashable key (scalars and empty entries dropped)."""
+    if not isinstance(dims, list):
+        return None
+
+    def frozen(x):
+        return tuple(frozen(v) for v in x) if isinstance(x, list) else x
+
+    return tuple(frozen(d) for d in dims if isinstance(d, list) and d)
+
+
+def row_key(shapes) -> tuple:
+    return tuple(tuple(s) for s in shapes if s)
+
+
+def anchored_calls(data: TraceData, names: set[str]) -> tuple[list[Call], list[Kernel]]:
+    """The trace's model-op calls in start order, and the kernels no call owns.
+
+    `names` are the canonical trace names the model predicts.
+    """
+    anchor_of: dict[int, dict | None] = {}
+    by_tid = defaultdict(list)
+    for op in data.cpu_ops:
+        by_tid[op.get("tid")].append(op)
+    anchors = []
+    for ops in by_tid.values():
+        stack: list[tuple[float, dict | None]] = []  # (end, anchor) of enclosing calls
+        for op in ops:  # sorted by start, longest first
+            while stack and stack[-1][0] < op["ts"]:
+                stack.pop()
+            outer = stack[-1][1] if stack else None
+            anchor = outer or (op if canonical(op["name"]) in names else None)
+            if anchor is op:
+                anchors.append(op)
+            anchor_of[id(op)] = anchor
+            stack.append((op["ts"] + op["dur"], anchor))
+    gpu = bool(data.kernels)
+    calls = {}
+    for op in anchors:
+        dims = op["args"].get("Input Dims")
+        calls[id(op)] = Call(
+            canonical(op["name"]), _shape_key(dims), op["ts"], 0.0 if gpu else op["dur"]
+        )
+    orphans = []
+    for k in data.kernels:
+        anchor = anchor_of.get(id(k.op)) if k.op is not None else None
+        if anchor is None:
+            orphans.append(k)
+            continue
+        call = calls[id(anchor)]
+        call.time_us += k.duration_us
+        call.kernels.append(k)
+    # on a GPU a call that launched nothing (a view, a host-side op) is no kernel's op
+    found = sorted((c for c in calls.values() if c.kernels or not gpu), key=lambda c: c.start_us)
+    return found, orphans
+
+
+def match(rows: list, calls: list[Call], steps: int) -> tuple[list, list[Call]]:
+    """Per predicted row, the trace calls that are it in each step (empty when
+    none), and the calls no row took.
+
+    Rows are matched per (name, shapes) key in order: with c calls of a key
+    and r rows, row i takes calls i, i + r, i + 2r, ... when c is r calls per
+    step; otherwise as many whole steps as the calls make. The optimizer's
+    row takes every optimizer call. Rows left, and calls left, are then
+    matched by name alone in the same way.
+    """
+    taken: list[list[Call]] = [[] for _ in rows]
+    used: set[int] = set()
+    optimizer = [i for i, r in enumerate(rows) if trace_name(r.op) == OPTIMIZER]
+    for i in optimizer[:1]:
+        taken[i] = [c for c in calls if c.name == OPTIMIZER]
+        used.update(id(c) for c in taken[i])
+    for keyed in (True, False):
+        row_groups, call_groups = defaultdict(list), defaultdict(list)
+        for i, r in enumerate(rows):
+            if not taken[i] and trace_name(r.op) != OPTIMIZER:
+                name = trace_name(r.op)
+                row_groups[(name, row_key(r.shapes)) if keyed else name].append(i)
+        for c in calls:
+            if id(c) in used or c.name == OPTIMIZER or (keyed and c.shapes is None):
+                continue
+            call_groups[(c.name, c.shapes) if keyed else c.name].append(c)
+        for key, indices in row_groups.items():
+            found = call_groups.get(key, [])
+            whole = len(found) // len(indices)
+            if whole == 0:
+                continue
+            for j, i in enumerate(indices):
+                mine = [found[j + s * len(indices)] for s in range(min(whole, steps))]
+                taken[i] = mine
+                used.update(id(c) for c in mine)
+    return taken, [c for c in calls if id(c) not in used]
+
+
+def repeats(rows: list, calls: list[Call]) -> int:
+    """How many times a trace without step marks ran the model: the most
+    common ratio of an op's calls to its predicted rows (1 at least)."""
+    predicted = Counter(trace_name(r.op) for r in rows)
+    seen = Counter(c.name for c in calls)
+    ratios = Counter(seen[n] // k for n, k in predicted.items() if seen[n] >= k > 0)
+    return max(1, ratios.most_common(1)[0][0]) if ratios else 1

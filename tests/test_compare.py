@@ -1,0 +1,255 @@
+"""`dlperf compare` and `dlperf calibrate --trace`: a trace of the model's run
+beside the prediction, and the device's corrections fitted from it.
+
+The synthetic traces are written from the prediction itself with known
+constants (`trace_factory`), so each fit is checked against the truth; the
+real traces of ../shared/data are checked for how much of their time maps.
+"""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+import dlperf
+from dlperf.cli import main
+from dlperf.errors import DlperfError
+from dlperf.hardware import gpu
+from dlperf.measurement.compare import row_class
+
+from .conftest import SHARED_DATA
+from .trace_factory import write_trace
+
+TRACES = SHARED_DATA / "traces"
+needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/data not present")
+
+# The truth the synthetic traces are written with: per class, the factor the
+# run is slower than predicted, and a fixed cost per kernel the model lacks.
+TRUE_SCALES = {"gemm": 1.3, "memory-bound": 0.8}
+TRUE_EXTRA_US = 3.0
+
+
+def mlp():
+    return nn.Sequential(
+        nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 256), nn.LayerNorm(256), nn.Linear(256, 16)
+    )
+
+
+@pytest.fixture(scope="module")
+def predicted():
+    return dlperf.analyze(mlp(), torch.empty(64, 256), gpu="a100-sxm4-80gb", precision="fp32")
+
+
+def true_us(row) -> float:
+    return TRUE_SCALES[row_class(row)] * row.time_s * 1e6 + TRUE_EXTRA_US * max(1, row.kernels)
+
+
+def test_every_synthetic_call_maps_to_its_row(predicted, tmp_path):
+    path = tmp_path / "run.json.gz"
+    write_trace(path, predicted.rows, true_us, steps=3)
+    c = dlperf.compare(mlp(), path, inputs=torch.empty(64, 256), precision="fp32")
+    assert c.gpu == "a100-sxm4-80gb"  # read from the trace's deviceProperties
+    assert c.steps == 3 and c.mapped_share == pytest.approx(1.0)
+    assert len(c.rows) == len(predicted.rows) and not c.unmatched_rows
+    for row, mine in zip(predicted.rows, c.rows, strict=True):
+        assert mine.op == row.op and mine.module == row.module
+        assert mine.measured_s == pytest.approx(true_us(row) * 1e-6)
+    worst = c.misses[0]
+    assert abs(worst.measured_s - worst.predicted_s) == max(
+        abs(r.measured_s - r.predicted_s) for r in c.rows
+    )
+
+
+def test_calibration_recovers_the_constants_a_gpu_trace_was_written_with(predicted, tmp_path):
+    path = tmp_path / "run.json.gz"
+    # kernels queued back to back 2 us apart: the device's own gap
+    write_trace(path, predicted.rows, true_us, steps=2, gap_us=lambda row: 2.0)
+    out = tmp_path / "mine.toml"
+    spec = dlperf.calibrate_trace(path, mlp(), out, inputs=torch.empty(64, 256), precision="fp32")
+    c = spec.calibration
+    assert c.scales["gemm"] == pytest.approx(1.3, rel=1e-6)
+    assert c.scales["memory-bound"] == pytest.approx(0.8, rel=1e-6)
+    assert c.kernel_extra_s == pytest.approx(3e-6, rel=1e-6)
+    assert c.gemm_exponent == pytest.approx(0.0, abs=1e-6)  # the ratio does not change with size
+    assert spec.efficiency.stream_gap_s == pytest.approx(2e-6)
+    assert any(k.startswith("scales.attention") for k in c.kept)  # no attention in an MLP
+    assert all(r == pytest.approx(0.0, abs=1e-6) for r in c.residuals.values())
+    # priced with the file, each op takes what the trace measured
+    again = dlperf.analyze(mlp(), torch.empty(64, 256), gpu=str(out), precision="fp32")
+    for row, before in zip(again.rows, predicted.rows, strict=True):
+        assert row.time_s == pytest.approx(true_us(before) * 1e-6, rel=1e-6)
+
+
+def test_a_cpu_trace_teaches_the_host_gap_between_ops(tmp_path, monkeypatch):
+    from .fake_cpu import fake_cpu_doc
+
+    cpu_file = tmp_path / "cpu.json"
+    cpu_file.write_text(json.dumps(fake_cpu_doc(2e10, eager_call_overhead_s=5e-6)))
+    model, x = mlp(), torch.empty(64, 256)
+    rows = dlperf.analyze(model, x, gpu=str(cpu_file), precision="fp32").rows
+    path = tmp_path / "cpu_run.json"
+    gap = 7.0  # us of framework time after each kernel's call
+    write_trace(path, rows, true_us, gpu=None, gap_us=lambda row: gap * max(1, row.kernels))
+    spec = dlperf.calibrate_trace(path, model, tmp_path / "c.toml", inputs=x, gpu=str(cpu_file),
+                                  precision="fp32")  # fmt: skip
+    c = spec.calibration
+    assert c.scales["gemm"] == pytest.approx(1.3, rel=1e-6)
+    assert c.host_gap_s == pytest.approx(gap * 1e-6, rel=1e-6)
+    # the step: every op as measured plus the gaps, as the trace's step spans say
+    step = dlperf.analyze(model, x, gpu=spec, precision="fp32").time_s
+    expected = sum(true_us(r) + gap * max(1, r.kernels) for r in rows) * 1e-6
+    assert step == pytest.approx(expected, rel=1e-6)
+
+
+def test_calibrated_spec_round_trips_through_gpus_spec(predicted, tmp_path, capsys):
+    path = tmp_path / "run.json"
+    write_trace(path, predicted.rows, true_us)
+    out = tmp_path / "mine.toml"
+    dlperf.calibrate_trace(path, mlp(), out, inputs=torch.empty(64, 256), precision="fp32")
+    assert main(["gpus", "--spec", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["spec"]
+    assert doc["id"] == "a100-sxm4-80gb-calibrated"
+    assert doc["calibration"]["source"] == str(path)
+    assert doc["calibration"]["scales"]["gemm"] == pytest.approx(1.3, rel=1e-6)
+    assert "scales.gemm" in doc["calibration"]["fitted"]
+    assert main(["gpus", "--spec", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "scales.gemm" in shown and "kept the catalogue's value" in shown
+
+
+def test_a_folder_of_rank_traces_names_the_slowest_and_its_exposed_communication(
+    predicted, tmp_path
+):
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    write_trace(folder / "rank0.json", predicted.rows, true_us, rank=0)
+    # rank 1 runs every op 1.5x longer, and an all-reduce in each step whose
+    # first 20 us run beside its first kernels; the rest, after them, is exposed
+    slow = lambda row: 1.5 * true_us(row)  # noqa: E731
+    busy = sum(slow(r) for r in predicted.rows)
+    nccl = ("ncclKernel_AllReduce_RING_LL_Sum_float", busy - 20.0, 100.0)
+    write_trace(folder / "rank1.json", predicted.rows, slow, rank=1, extra_kernels=[nccl])
+    r = dlperf.compare(mlp(), folder, inputs=torch.empty(64, 256), precision="fp32")
+    assert [c.rank for c in r.ranks] == [0, 1]
+    assert r.slowest.rank == 1
+    comm = r.ranks[1].communication
+    assert comm["kernels"] == 2 and comm["time_s"] == pytest.approx(100e-6)
+    assert comm["exposed_s"] == pytest.approx(exposed_us(folder / "rank1.json") / 2 * 1e-6)
+    assert 0 < comm["exposed_s"] < comm["time_s"]
+    assert comm["unpriced_kernels"] == 2  # no message sizes recorded
+    assert r.to_dict()["slowest_rank"] == 1
+
+
+def exposed_us(path) -> float:
+    """NCCL kernel time with no other kernel running, by a sweep over every
+    kernel boundary (independent of the reader's interval arithmetic)."""
+    kernels = [e for e in json.loads(path.read_text())["traceEvents"] if e["cat"] == "kernel"]
+    points = sorted({t for e in kernels for t in (e["ts"], e["ts"] + e["dur"])})
+
+    def running(e, t):
+        return e["ts"] <= t < e["ts"] + e["dur"]
+
+    total = 0.0
+    for a, b in zip(points, points[1:], strict=False):
+        mid = (a + b) / 2
+        busy = [e for e in kernels if running(e, mid)]
+        if busy and all(e["name"].startswith("nccl") for e in busy):
+            total += b - a
+    return total
+
+
+def test_trace_without_model_ops_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "other.json"
+    write_trace(path, [], true_us)
+    with pytest.raises(DlperfError, match="no op of"):
+        dlperf.calibrate_trace(path, mlp(), tmp_path / "x.toml", inputs=torch.empty(64, 256))
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["calibrate", "--trace", "t.json", "--out", "x.toml"], "--trace needs --model"),
+        (["calibrate", "--model", "hf:gpt2", "--out", "x.toml"], "give --trace beside it"),
+        (["compare", "hf:gpt2", "--trace", "missing.json"], "does not exist"),
+    ],
+)
+def test_cli_refusals_are_one_line(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+@needs_traces
+@pytest.mark.parametrize(
+    "trace, model, options",
+    [
+        ("a100_alexnet.json.gz", "torchvision:alexnet", ["--infer", "--batch", "32"]),
+        ("v100_cnn_train.json.gz", "torchvision:resnet50", ["--batch", "32"]),
+        ("a100_transformer_train_shapes.json.gz", "hf:gpt2:layers=2", ["--batch", "8"]),
+    ],
+)
+def test_real_traces_map_at_least_95_percent_of_their_kernel_time(trace, model, options, capsys):
+    argv = ["compare", model, "--trace", str(TRACES / trace), "--precision", "fp32", *options]
+    assert main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mapped_share"] >= 0.95
+    assert len(doc["misses"]) == 10
+    assert doc["rows"], "some of the model's ops are found in the trace"
+    assert main(argv) == 0
+    assert "the 10 largest misses" in capsys.readouterr().out
+
+
+def test_report_shows_the_trace_per_module(predicted, tmp_path):
+    from dlperf.measurement.compare import compare_trace
+    from dlperf.measurement.kineto import read_trace
+
+    path = tmp_path / "run.json"
+    write_trace(path, predicted.rows, true_us)
+    c = compare_trace(predicted, read_trace(path))
+    page = tmp_path / "r.html"
+    dlperf.report(predicted, page, comparison=c)
+    html = page.read_text()
+    assert "Your trace against the prediction" in html
+    for m in c.modules:  # every module's row, measured beside predicted
+        assert f"<td>{m['module']}</td>" in html
+
+
+def test_collectives_with_recorded_sizes_are_priced_by_the_collective_model(predicted, tmp_path):
+    from dlperf.parallel.collectives import collective_time_s
+    from dlperf.parallel.network import interconnect_for
+
+    # PyTorch 2.1+ records a collective's size on its record_param_comms call
+    args = {"Collective name": "allreduce", "In msg nelems": 2**24, "Out msg nelems": 2**24,
+            "Group size": 2, "dtype": "Float"}  # fmt: skip
+    nccl = ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0.0, 900.0, args)
+    path = tmp_path / "rank.json"
+    write_trace(path, predicted.rows, true_us, steps=2, extra_kernels=[nccl])
+    comm = dlperf.compare(mlp(), path, inputs=torch.empty(64, 256), precision="fp32").communication
+    assert comm["priced_kernels"] == 2 and comm["unpriced_kernels"] == 0
+    assert comm["priced_measured_s"] == pytest.approx(900e-6)
+    spec = dlperf.gpu("a100-sxm4-80gb")
+    expected = collective_time_s("all_reduce", 4 * 2**24, 2, interconnect_for(spec, 2))
+    assert comm["priced_predicted_s"] == pytest.approx(expected)
+
+
+def test_the_traced_models_own_layers_keep_their_factors_at_another_batch(predicted, tmp_path):
+    # each op ran at its own factor (not one per class): the run's own kernels
+    factors = {id(r): 1.0 + 0.1 * (i % 5) for i, r in enumerate(predicted.rows)}
+    path = tmp_path / "run.json"
+    write_trace(path, predicted.rows, lambda r: factors[id(r)] * r.time_s * 1e6)
+    out = tmp_path / "mine.toml"
+    dlperf.calibrate_trace(path, mlp(), out, inputs=torch.empty(64, 256), precision="fp32")
+    spec = gpu(str(out))
+    assert spec.calibration.layer_scales  # one per matched op
+    # An op's factor is what it ran at beyond the fitted fixed cost f per
+    # kernel: s = (m - f k) / p at batch 64. At batch 128 the same op is
+    # s p' + f k, p' its prediction there; the class factor would give others.
+    base = dlperf.analyze(mlp(), torch.empty(128, 256), gpu="a100-sxm4-80gb", precision="fp32")
+    again = dlperf.analyze(mlp(), torch.empty(128, 256), gpu=spec, precision="fp32")
+    f = spec.calibration.kernel_extra_s
+    for before, row, after in zip(predicted.rows, base.rows, again.rows, strict=True):
+        k = max(1, row.kernels)
+        s = (factors[id(before)] * before.time_s - f * k) / before.time_s
+        assert after.time_s == pytest.approx(s * row.time_s + f * k, rel=1e-6, abs=1e-12)
