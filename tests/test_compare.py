@@ -75,8 +75,13 @@ def test_calibration_recovers_the_constants_a_gpu_trace_was_written_with(predict
     assert spec.efficiency.stream_gap_s == pytest.approx(2e-6)
     assert any(k.startswith("scales.attention") for k in c.kept)  # no attention in an MLP
     assert all(r == pytest.approx(0.0, abs=1e-6) for r in c.residuals.values())
-    # priced with the file, each op takes what the trace measured
-    again = dlperf.analyze(mlp(), torch.empty(64, 256), gpu=str(out), precision="fp32")
+    # priced with the class factors alone (the layers' own set aside: they
+    # would reproduce any trace), each op takes what the trace measured
+    import dataclasses
+
+    classes_only = dataclasses.replace(c, layer_scales={})
+    spec = dataclasses.replace(spec, calibration=classes_only)
+    again = dlperf.analyze(mlp(), torch.empty(64, 256), gpu=spec, precision="fp32")
     for row, before in zip(again.rows, predicted.rows, strict=True):
         assert row.time_s == pytest.approx(true_us(before) * 1e-6, rel=1e-6)
 
@@ -160,10 +165,69 @@ def exposed_us(path) -> float:
 
 
 def test_trace_without_model_ops_is_refused_in_one_line(tmp_path):
+    from types import SimpleNamespace
+
+    other = [SimpleNamespace(op="aten.some_other_op.default", shapes=[[8, 8]], kernels=1)] * 3
     path = tmp_path / "other.json"
-    write_trace(path, [], true_us)
-    with pytest.raises(DlperfError, match="no op of"):
-        dlperf.calibrate_trace(path, mlp(), tmp_path / "x.toml", inputs=torch.empty(64, 256))
+    write_trace(path, other, lambda row: 10.0)
+    for call in (
+        lambda: dlperf.compare(mlp(), path, inputs=torch.empty(64, 256)),
+        lambda: dlperf.calibrate_trace(
+            path, mlp(), tmp_path / "x.toml", inputs=torch.empty(64, 256)
+        ),
+    ):
+        with pytest.raises(DlperfError, match="no op of Sequential was found"):
+            call()
+
+
+def test_a_gpu_trace_without_kernels_is_refused(tmp_path):
+    path = tmp_path / "cpu_only.json"
+    write_trace(path, [], true_us)  # deviceProperties names an A100, no kernel recorded
+    with pytest.raises(DlperfError, match="holds no GPU kernels"):
+        dlperf.compare(mlp(), path, inputs=torch.empty(64, 256))
+
+
+def test_a_malformed_calibration_table_is_one_line(predicted, tmp_path):
+    path = tmp_path / "run.json"
+    write_trace(path, predicted.rows, true_us)
+    out = tmp_path / "mine.toml"
+    dlperf.calibrate_trace(path, mlp(), out, inputs=torch.empty(64, 256), precision="fp32")
+    text = out.read_text()
+    for bad, message in (
+        ("gemm_exponent = 400.0", "calibration.gemm_exponent must be a finite number in"),
+        ("kernel_extra_s = -1.0", "calibration.kernel_extra_s must be a finite number >= 0"),
+        ("kernel_extra_typo = 1.0", "calibration.kernel_extra_typo is not a calibration field"),
+    ):
+        key = bad.split(" =")[0]
+        lines = [ln for ln in text.splitlines() if not ln.startswith(key + " =")]
+        at = lines.index("[calibration]") + 1
+        broken = tmp_path / "broken.toml"
+        broken.write_text("\n".join([*lines[:at], bad, *lines[at:]]) + "\n")
+        with pytest.raises(DlperfError, match=message):
+            gpu(str(broken))
+
+
+def test_wrapped_and_nested_calls_anchor_to_the_model_op(predicted, tmp_path):
+    """A profiler's call tree: the model op inside a wrapper it does not
+    predict (aten::linear around addmm), holding calls of its own (a copy)."""
+    path = tmp_path / "nested.json"
+    write_trace(path, predicted.rows, true_us, gpu=None, nest=True)
+    x = torch.empty(64, 256)
+    c = dlperf.compare(mlp(), path, inputs=x, gpu="a100-sxm4-80gb", precision="fp32")
+    assert len(c.rows) == len(predicted.rows)
+    for row, mine in zip(predicted.rows, c.rows, strict=True):
+        assert mine.measured_s == pytest.approx(true_us(row) * 1e-6)  # the anchor's whole span
+
+
+def test_a_trace_without_shapes_or_step_marks_matches_by_name_and_order(predicted, tmp_path):
+    path = tmp_path / "bare.json"
+    write_trace(path, predicted.rows, true_us, steps=3, shapes=False, marks=False)
+    c = dlperf.compare(mlp(), path, inputs=torch.empty(64, 256), precision="fp32")
+    assert c.steps == 3  # the calls' repeats of the predicted rows
+    assert len(c.rows) == len(predicted.rows)
+    for row, mine in zip(predicted.rows, c.rows, strict=True):
+        assert mine.op == row.op
+        assert mine.measured_s == pytest.approx(true_us(row) * 1e-6)
 
 
 @pytest.mark.parametrize(

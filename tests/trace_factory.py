@@ -35,10 +35,16 @@ def write_trace(
     gap_us=lambda row: 0.0,
     extra_kernels=(),
     rank: int | None = None,
+    shapes: bool = True,
+    marks: bool = True,
+    nest: bool = False,
 ) -> None:
     """`extra_kernels`: (name, start offset in the step, duration[, args]) of
     kernels launched outside any model op (communication, say), per step, in
-    microseconds; with `args`, from a `record_param_comms` call holding them."""
+    microseconds; with `args`, from a `record_param_comms` call holding them.
+    `shapes` and `marks`: record input shapes and ProfilerStep spans. `nest`
+    (CPU): each call inside a wrapper call the model does not predict, and
+    holding a nested call of its own, as the profiler's call tree has them."""
     events, corr, t = [], 0, 1000.0
     gpu_t = t
     for step in range(steps):
@@ -46,6 +52,8 @@ def write_trace(
         for row in rows:
             dur = duration_us(row)
             args = {"Input Dims": [list(s) for s in row.shapes], "Input type": []}
+            if not shapes:
+                args = {}
             if gpu:
                 corr += 1
                 launch = t + 1.0
@@ -62,8 +70,11 @@ def write_trace(
                 gpu_t = start + dur + gap_us(row)
                 t += 4.0
             else:
+                if nest:  # a wrapper starting with the op, and a call inside the op
+                    events.append(_cpu_op("aten::wrapper_not_predicted", t, dur + 1.0, {}))
+                    events.append(_cpu_op("aten::copy_", t + dur / 4, dur / 2, args))
                 events.append(_cpu_op(profiler_name(row), t, dur, args))
-                t += dur + gap_us(row)
+                t += dur + (1.0 if nest else 0.0) + gap_us(row)
         for name, offset, dur, *op_args in extra_kernels:
             args = {"stream": 8}
             if op_args:  # launched inside a record_param_comms call with these args
@@ -79,10 +90,11 @@ def write_trace(
                  "ts": step_start + offset, "dur": dur, "args": args}
             )  # fmt: skip
         end = max(t, gpu_t) if gpu else t
-        events.append(
-            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "tid": 1,
-             "ts": step_start, "dur": end - step_start, "args": {}}
-        )  # fmt: skip
+        if marks:
+            events.append(
+                {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "tid": 1,
+                 "ts": step_start, "dur": end - step_start, "args": {}}
+            )  # fmt: skip
         t = gpu_t = end + 10.0
     doc = {"traceEvents": events}
     if gpu:

@@ -337,10 +337,10 @@ def analyze_trace(
     fusion = None
     if compiled:
         # the same step unfused, for the report's side-by-side
-        eager = _rows(priced + after, spec, unsupported, model_name)
+        eager = _rows(priced + after, spec, unsupported, model_name, trace.params)
         priced, fusion = fuse(priced, trace)
         fusion.eager_step_s = issue_timeline(eager, spec, cuda_graphs=cuda_graphs).step_s
-    rows = _rows(priced + after, spec, unsupported, model_name)
+    rows = _rows(priced + after, spec, unsupported, model_name, trace.params)
     batch, tokens = _batch_and_tokens(trace)
     return Analysis(
         model=model_name,
@@ -362,7 +362,11 @@ def analyze_trace(
 
 
 def _rows(
-    priced: list[tuple], spec: HardwareSpec, unsupported: Counter, model_name: str = ""
+    priced: list[tuple],
+    spec: HardwareSpec,
+    unsupported: Counter,
+    model_name: str = "",
+    params: int = 0,
 ) -> list[OpRow]:
     """Each priced event timed on `spec`, as the analysis' rows."""
     timer = GemmTimer(spec)
@@ -375,7 +379,7 @@ def _rows(
             (event.module, _PHASES.get(event.phase, event.phase), event.op, dtype)
             for (event, _), dtype in zip(priced, dtypes, strict=True)
         ]
-        layers = layer_keys(model_name, idents)
+        layers = layer_keys(model_name, params, idents)
     for (event, found), dtype, layer in zip(priced, dtypes, layers, strict=True):
         tensors = event.tensors()
         timing = time(found.cost, spec, dtype, timer, op=event.op, layer=layer)

@@ -265,19 +265,24 @@ def calibrate_trace(trace, model, out, inputs=None, gpu=None, **options):
     from .measurement.compare import compare_trace
     from .measurement.trace_fit import fit_calibration
 
-    data = read_profile(trace)
+    data = read_profile(one_trace(trace, "calibrate --trace"))
     base = trace_device(data, gpu)
     if base.calibration is not None:  # fit against the model, not an earlier fit
         base = dataclasses.replace(base, calibration=None)
     analysis = analyze(model, inputs, gpu=base, **options)
     comparison = compare_trace(analysis, data)
-    if not comparison.rows:
-        raise DlperfError(
-            f"no op of {analysis.model} was found in {trace}: is it a trace of this model, "
-            "run with the same batch and options?"
-        )
     calibration, overrides = fit_calibration(analysis, comparison, data)
     return write_spec(calibrated_document(base, calibration, overrides), out)
+
+
+def one_trace(path, verb: str):
+    """`path`, refused in one line when it is a folder of rank traces."""
+    if Path(path).is_dir():
+        raise DlperfError(
+            f"{verb} reads one trace and {path} is a folder: give one rank's file "
+            "(dlperf compare reads a folder of them)"
+        )
+    return path
 
 
 def read_profile(path):
@@ -292,6 +297,11 @@ def trace_device(data, gpu: str | HardwareSpec | None = None) -> HardwareSpec:
     deviceProperties name, else the probed CPU for a trace with no kernels."""
     from .hardware import resolve_id
 
+    if not data.kernels and data.device_name:
+        raise DlperfError(
+            f"{data.path} ran on {data.device_name} but holds no GPU kernels: record it with "
+            "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
+        )
     if gpu is not None:
         return get_gpu(gpu)
     if not data.kernels:

@@ -323,6 +323,11 @@ def cmd_report(args: Namespace) -> None:
     from ..run import Session, resolve
 
     writable_file(args.out)
+    data = None
+    if args.trace:  # read (or refused) before minutes of analysis
+        from ..api import one_trace, read_profile
+
+        data = read_profile(one_trace(args.trace, "report --trace"))
     with Spinner(f"analysing {args.model}", quiet=args.json) as progress:
         # one run, one session: the analysis, the memory, the advice and serving share traces
         run, session = resolve(**model_options(args)), Session()
@@ -331,11 +336,10 @@ def cmd_report(args: Namespace) -> None:
         mem = memory(run, session=session) if args.train else None
         findings = None if args.no_advice else advise(run, session=session)
         compared = None
-        if args.trace:
-            from ..api import read_profile
+        if data is not None:
             from ..measurement.compare import compare_trace
 
-            compared = compare_trace(result, read_profile(args.trace))
+            compared = compare_trace(result, data)
     report(result, args.out, memory=mem, advice=findings, serving=served, comparison=compared)
     show({"out": args.out}, text.written, args.json)
 
@@ -392,7 +396,7 @@ def cmd_measure(args: Namespace) -> None:
             f"measure runs the model here as written (eager, no checkpointing): drop {flag}"
         )
     if args.trace_out:
-        writable_file(args.trace_out)  # before the run
+        writable_file(args.trace_out, "--trace-out")  # before the run
     with Spinner(f"measuring {args.model}", quiet=args.json):
         report = measure(
             **model_options(args, omit=("optimizer", *_RUN_WAYS)),

@@ -37,6 +37,10 @@ from dataclasses import dataclass, field
 from ..errors import DlperfError
 
 CLASSES = ("gemm", "attention", "memory-bound")
+FIELDS = (
+    "source", "model", "base", "scales", "gemm_exponent", "op_scales", "kernel_extra_s",
+    "host_gap_s", "fitted", "kept", "residuals", "layer_scales",
+)  # fmt: skip
 GEMM_REFERENCE_FLOPS = 1e9
 
 
@@ -47,7 +51,7 @@ class Calibration:
     base: str  # the catalogue device it extends
     scales: dict = field(default_factory=dict)  # class -> factor
     gemm_exponent: float = 0.0
-    op_scales: dict = field(default_factory=dict)  # profiler op name -> factor
+    op_scales: dict = field(default_factory=dict)  # dlperf's op name (aten.tanh.default) -> factor
     kernel_extra_s: float = 0.0
     host_gap_s: float = 0.0
     fitted: tuple[str, ...] = ()
@@ -96,12 +100,19 @@ def calibration_from_dict(raw, where: str) -> Calibration:
             raise DlperfError(f"{where}: calibration.{key} must be a string")
         return value
 
-    def number(key: str, value, low: float = 0.0) -> float:
+    def number(key: str, value, low: float = 0.0, high: float = math.inf) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise DlperfError(f"{where}: calibration.{key} must be a number (got {value!r})")
-        if not math.isfinite(value) or value < low:
-            raise DlperfError(f"{where}: calibration.{key} must be a finite number >= {low:g}")
+        if not math.isfinite(value) or not low <= value <= high:
+            within = f">= {low:g}" if high == math.inf else f"in [{low:g}, {high:g}]"
+            raise DlperfError(f"{where}: calibration.{key} must be a finite number {within}")
         return float(value)
+
+    unknown = sorted(set(raw) - set(FIELDS))
+    if unknown:
+        raise DlperfError(
+            f"{where}: calibration.{unknown[0]} is not a calibration field; use {', '.join(FIELDS)}"
+        )
 
     def table(key: str) -> dict:
         value = raw.get(key, {})
@@ -131,7 +142,7 @@ def calibration_from_dict(raw, where: str) -> Calibration:
         text("model"),
         text("base"),
         scales,
-        number("gemm_exponent", exponent, -1.0),
+        number("gemm_exponent", exponent, -1.0, 1.0),
         ops,
         number("kernel_extra_s", raw.get("kernel_extra_s", 0.0)),
         number("host_gap_s", raw.get("host_gap_s", 0.0)),
@@ -142,14 +153,16 @@ def calibration_from_dict(raw, where: str) -> Calibration:
     )
 
 
-def layer_keys(model: str, rows) -> list[str]:
-    """Each row's place in the model: model, module, phase, op and dtype, and
-    which of the rows sharing those it is (the i-th, in trace order).
-    `rows` are (module, phase, op, dtype) tuples, all of the analysis's."""
+def layer_keys(model: str, params: int, rows) -> list[str]:
+    """Each row's place in the model: the model (its name and parameter
+    count, so that another model of the same class and name does not take
+    its factors), module, phase, op and dtype, and which of the rows sharing
+    those it is (the i-th, in trace order). `rows` are (module, phase, op,
+    dtype) tuples, all of the analysis's."""
     seen: dict[tuple, int] = {}
     keys = []
     for ident in rows:
         i = seen.get(ident, 0)
         seen[ident] = i + 1
-        keys.append("|".join((model, *map(str, ident))) + f"#{i}")
+        keys.append("|".join((f"{model}[{params}]", *map(str, ident))) + f"#{i}")
     return keys

@@ -18,9 +18,9 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from ..errors import DlperfError
 from ..hardware.calibration import layer_keys
 from ..kernels.roofline import roofline_time_s
-from ..kinds import Category
 from .kineto import Kernel, TraceData, busy_time_us
 from .trace_match import (
     OPTIMIZER,
@@ -85,9 +85,11 @@ def call_class(name: str) -> str:
 
 
 def row_class(row) -> str:
+    """The class `pricing.time` corrects a row's kernels as: attention calls,
+    GEMM-backed ops, and the rest."""
     if "attention" in row.family:
         return ATTENTION
-    return GEMM if row.category == Category.CONTRACTION else MEMORY
+    return GEMM if row.gemms else MEMORY
 
 
 @dataclass
@@ -162,7 +164,8 @@ class Comparison:
 def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
     """`analysis` (a dlperf Analysis of the model as the run ran it) beside `data`."""
     idents = [(r.module, r.phase, r.op, r.dtype) for r in analysis.rows]
-    layer_of = dict(zip(map(id, analysis.rows), layer_keys(analysis.model, idents), strict=True))
+    keys = layer_keys(analysis.model, analysis.params, idents)
+    layer_of = dict(zip(map(id, analysis.rows), keys, strict=True))
     rows = [r for r in analysis.rows if r.time_s > 0 or r.flops or r.bytes]
     names = {trace_name(r.op) for r in rows}
     calls, orphans = anchored_calls(data, names)
@@ -197,6 +200,11 @@ def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
                 layer_of[id(row)],
             )
         )  # fmt: skip
+    if not out_rows:
+        raise DlperfError(
+            f"no op of {analysis.model} was found in {data.path}: is it a trace of this model, "
+            "run with the same batch, sequence length and precision?"
+        )
     outside = _outside(left, orphans, steps)
     for entry in outside:
         categories[entry["category"]]["measured_s"] += entry["measured_s"]

@@ -61,9 +61,10 @@ class RankComparison:
 
     def to_dict(self, misses: int = 10) -> dict:
         slow = self.slowest
+        index = next(i for i, c in enumerate(self.ranks) if c is slow)
         return {
             "path": self.path,
-            "slowest_rank": slow.rank if slow.rank is not None else self.ranks.index(slow),
+            "slowest_rank": slow.rank if slow.rank is not None else index,
             "slowest_trace": slow.path,
             "ranks": [c.to_dict(misses) for c in self.ranks],
         }
@@ -76,12 +77,17 @@ def collective_call(op: dict | None) -> tuple[str, float, int] | None:
     args = op.get("args", {})
     kind = _KINDS.get(str(args.get("Collective name", "")).lower())
     nelems, group = args.get("In msg nelems"), args.get("Group size")
-    dtype = _DTYPES.get(args.get("dtype"))
-    if not kind or not isinstance(nelems, int) or not isinstance(group, int) or not dtype:
+    dtype = _DTYPES.get(args.get("dtype")) if isinstance(args.get("dtype"), str) else None
+    if not kind or not dtype or not all(_count(v) for v in (nelems, group)):
         return None
     if kind == "all_gather":  # the whole gathered buffer
-        nelems = args.get("Out msg nelems", nelems * group)
+        out = args.get("Out msg nelems")
+        nelems = out if _count(out) else nelems * group
     return kind, float(nelems) * bytes_per_element(dtype), group
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def priced_collectives(comm: list[Kernel], spec, steps: int) -> dict:
@@ -98,6 +104,7 @@ def priced_collectives(comm: list[Kernel], spec, steps: int) -> dict:
             unpriced += 1
             continue
         kind, nbytes, ranks = found
+        # a group of up to 8 is taken as one node's NVLink (the trace does not say)
         net = interconnect_for(spec, gpus_per_node=min(ranks, 8))
         predicted += collective_time_s(kind, nbytes, ranks, net)
         measured += k.duration_us * 1e-6

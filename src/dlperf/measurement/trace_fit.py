@@ -28,6 +28,13 @@ from .kineto import TraceData
 MIN_ROWS = 3  # matched ops a class needs before its scale is fitted
 MIN_OP_SHARE = 0.005  # of the memory-bound time, for an op's own factor
 MIN_GAPS = 20  # back-to-back kernel pairs before the gap is fitted
+# A factor outside this range says the op was not the one predicted (another
+# kernel, another shape), not that the device runs it so: left unfitted.
+FACTOR_RANGE = (1e-3, 1e3)
+
+
+def _sane(factor: float) -> bool:
+    return FACTOR_RANGE[0] <= factor <= FACTOR_RANGE[1]
 
 
 def fit_calibration(analysis, comparison: Comparison, data: TraceData) -> tuple:
@@ -44,20 +51,23 @@ def fit_calibration(analysis, comparison: Comparison, data: TraceData) -> tuple:
     else:
         kept.append("kernel_extra_s (no class has enough matched ops)")
     exponent = 0.0
-    gemms = [r for r in rows if r.category == "gemm"]
-    spread = _decades([r.flops for r in gemms])
-    if len(gemms) >= 5 and spread >= 1.0:
-        scales["gemm"], exponent = _size_fit(gemms, extra)
+    points = _size_points([r for r in rows if r.category == "gemm"], extra)
+    spread = _decades([flops for flops, _, _ in points])
+    if len(points) >= 5 and spread >= 1.0:
+        scales["gemm"], exponent = _size_fit(points)
         fitted.append("gemm_exponent")
     else:
-        kept.append(f"gemm_exponent (the trace's GEMMs span {spread:.1f} decades of FLOPs)")
+        kept.append(
+            f"gemm_exponent ({len(points)} GEMMs spanning {spread:.1f} decades of FLOPs; "
+            "5 over a decade are needed)"
+        )
     op_scales = _op_scales(rows, extra)
     if op_scales:
         fitted.append(f"op_scales ({len(op_scales)} memory-bound ops)")
     layers = {}
     for r in rows:
         core = r.measured_s - extra * max(1, r.kernels)
-        if core > 0:
+        if core > 0 and _sane(core / r.predicted_s):
             layers[r.layer] = core / r.predicted_s
     if layers:
         fitted.append(f"layer_scales ({len(layers)} ops of {analysis.model})")
@@ -111,7 +121,7 @@ def _linear_fit(rows, classes: list[str]) -> tuple[dict, float]:
             b[i] = r.measured_s * w
         x = np.linalg.lstsq(a, b, rcond=None)[0]
         extra = float(x[-1]) if with_fixed else 0.0
-        if extra >= 0 and all(v > 0 for v in x[: len(classes)]):
+        if extra >= 0 and all(_sane(v) for v in x[: len(classes)]):
             return {c: float(x[j]) for j, c in enumerate(classes)}, extra
     # a degenerate set (every op the same size): the plain ratio of the sums
     out = {}
@@ -126,18 +136,24 @@ def _decades(values) -> float:
     return math.log10(max(values) / min(values)) if values else 0.0
 
 
-def _size_fit(gemms, extra: float) -> tuple[float, float]:
-    """(scale at the reference size, exponent) of the GEMMs' ratio in their
-    FLOPs, weighted by measured time; the fixed part taken off first."""
-    x, y, w = [], [], []
+def _size_points(gemms, extra: float) -> list[tuple[float, float, float]]:
+    """(FLOPs, measured over predicted with the fixed part taken off, measured
+    time) of the GEMMs whose time exceeds the fixed part."""
+    out = []
     for r in gemms:
         core = r.measured_s - extra * max(1, r.kernels)
-        if core <= 0:
-            continue
-        x.append(math.log(r.flops / GEMM_REFERENCE_FLOPS))
-        y.append(math.log(core / r.predicted_s))
-        w.append(r.measured_s)
-    slope, intercept = np.polyfit(x, y, 1, w=np.sqrt(w))
+        if core > 0 and r.flops > 0:
+            out.append((r.flops, core / r.predicted_s, r.measured_s))
+    return out
+
+
+def _size_fit(points) -> tuple[float, float]:
+    """(scale at the reference size, exponent) of the GEMMs' ratio in their
+    FLOPs, weighted by measured time."""
+    x = [math.log(flops / GEMM_REFERENCE_FLOPS) for flops, _, _ in points]
+    y = [math.log(ratio) for _, ratio, _ in points]
+    w = [math.sqrt(seconds) for _, _, seconds in points]
+    slope, intercept = np.polyfit(x, y, 1, w=w)
     slope = min(1.0, max(-1.0, float(slope)))
     return math.exp(float(intercept)), slope
 
@@ -155,7 +171,7 @@ def _op_scales(rows, extra: float) -> dict:
             continue
         core = measured - extra * sum(max(1, r.kernels) for r in mine)
         predicted = sum(r.predicted_s for r in mine)
-        if core > 0 and predicted > 0:
+        if core > 0 and predicted > 0 and _sane(core / predicted):
             out[op] = core / predicted
     return out
 
@@ -164,7 +180,7 @@ def _host_gap_s(analysis, calibration: Calibration, measured_step_s: float) -> f
     """A CPU step's time beyond its corrected ops, per kernel."""
     kernels = sum(max(1, r.kernels) for r in analysis.rows)
     idents = [(r.module, r.phase, r.op, r.dtype) for r in analysis.rows]
-    layers = layer_keys(analysis.model, idents)
+    layers = layer_keys(analysis.model, analysis.params, idents)
     priced = sum(_corrected(r, calibration, k) for r, k in zip(analysis.rows, layers, strict=True))
     return max(0.0, measured_step_s - priced) / kernels if kernels else 0.0
 

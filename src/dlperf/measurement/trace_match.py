@@ -16,6 +16,7 @@ for traces recorded without shapes and for tensor-list arguments.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -83,6 +84,7 @@ class Call:
     start_us: float
     time_us: float
     kernels: list[Kernel] = field(default_factory=list)
+    step: int | None = None  # the profiled step it ran in (None: outside them, or no marks)
 
 
 def _shape_key(dims) -> tuple | None:
@@ -113,7 +115,7 @@ def anchored_calls(data: TraceData, names: set[str]) -> tuple[list[Call], list[K
     for ops in by_tid.values():
         stack: list[tuple[float, dict | None]] = []  # (end, anchor) of enclosing calls
         for op in ops:  # sorted by start, longest first
-            while stack and stack[-1][0] < op["ts"]:
+            while stack and stack[-1][0] <= op["ts"]:  # ended: one that starts then is a sibling
                 stack.pop()
             outer = stack[-1][1] if stack else None
             anchor = outer or (op if canonical(op["name"]) in names else None)
@@ -122,12 +124,14 @@ def anchored_calls(data: TraceData, names: set[str]) -> tuple[list[Call], list[K
             anchor_of[id(op)] = anchor
             stack.append((op["ts"] + op["dur"], anchor))
     gpu = bool(data.kernels)
+    starts = [start for start, _ in data.step_spans]
     calls = {}
     for op in anchors:
         dims = op["args"].get("Input Dims")
         calls[id(op)] = Call(
-            canonical(op["name"]), _shape_key(dims), op["ts"], 0.0 if gpu else op["dur"]
-        )
+            canonical(op["name"]), _shape_key(dims), op["ts"], 0.0 if gpu else op["dur"],
+            step=_step_of(op["ts"], starts, data.step_spans),
+        )  # fmt: skip
     orphans = []
     for k in data.kernels:
         anchor = anchor_of.get(id(k.op)) if k.op is not None else None
@@ -142,21 +146,32 @@ def anchored_calls(data: TraceData, names: set[str]) -> tuple[list[Call], list[K
     return found, orphans
 
 
+def _step_of(ts: float, starts: list[float], spans: list[tuple[float, float]]) -> int | None:
+    i = bisect.bisect_right(starts, ts) - 1
+    if i >= 0 and ts <= spans[i][0] + spans[i][1]:
+        return i
+    return None
+
+
 def match(rows: list, calls: list[Call], steps: int) -> tuple[list, list[Call]]:
     """Per predicted row, the trace calls that are it in each step (empty when
     none), and the calls no row took.
 
-    Rows are matched per (name, shapes) key in order: with c calls of a key
-    and r rows, row i takes calls i, i + r, i + 2r, ... when c is r calls per
-    step; otherwise as many whole steps as the calls make. The optimizer's
-    row takes every optimizer call. Rows left, and calls left, are then
-    matched by name alone in the same way.
+    Rows are matched per (name, shapes) key in order. In a trace with step
+    marks, within each step: the i-th row of a key takes that step's i-th
+    call of it, and a call outside every step is no row's. Without marks,
+    with c calls of a key and r rows, row i takes calls i, i + r, i + 2r, ...
+    for as many whole steps as the calls make. The optimizer's row takes
+    every optimizer call. Rows left, and calls left, are then matched by name
+    alone in the same way.
     """
     taken: list[list[Call]] = [[] for _ in rows]
+    marked = any(c.step is not None for c in calls)
+    calls_in = [c for c in calls if c.step is not None] if marked else calls
     used: set[int] = set()
     optimizer = [i for i, r in enumerate(rows) if trace_name(r.op) == OPTIMIZER]
     for i in optimizer[:1]:
-        taken[i] = [c for c in calls if c.name == OPTIMIZER]
+        taken[i] = [c for c in calls_in if c.name == OPTIMIZER]
         used.update(id(c) for c in taken[i])
     for keyed in (True, False):
         row_groups, call_groups = defaultdict(list), defaultdict(list)
@@ -164,26 +179,42 @@ def match(rows: list, calls: list[Call], steps: int) -> tuple[list, list[Call]]:
             if not taken[i] and trace_name(r.op) != OPTIMIZER:
                 name = trace_name(r.op)
                 row_groups[(name, row_key(r.shapes)) if keyed else name].append(i)
-        for c in calls:
+        for c in calls_in:
             if id(c) in used or c.name == OPTIMIZER or (keyed and c.shapes is None):
                 continue
             call_groups[(c.name, c.shapes) if keyed else c.name].append(c)
         for key, indices in row_groups.items():
             found = call_groups.get(key, [])
-            whole = len(found) // len(indices)
-            if whole == 0:
-                continue
-            for j, i in enumerate(indices):
-                mine = [found[j + s * len(indices)] for s in range(min(whole, steps))]
-                taken[i] = mine
-                used.update(id(c) for c in mine)
+            picks = (
+                _per_step(found, len(indices), steps)
+                if marked
+                else _strided(found, len(indices), steps)
+            )
+            for i, mine in zip(indices, picks, strict=True):
+                if mine:
+                    taken[i] = mine
+                    used.update(id(c) for c in mine)
     return taken, [c for c in calls if id(c) not in used]
+
+
+def _per_step(found: list[Call], rows: int, steps: int) -> list[list[Call]]:
+    """Row j of a key: the j-th call of the key in each step that has one."""
+    by_step = defaultdict(list)
+    for c in found:
+        by_step[c.step].append(c)
+    return [[by_step[s][j] for s in range(steps) if len(by_step[s]) > j] for j in range(rows)]
+
+
+def _strided(found: list[Call], rows: int, steps: int) -> list[list[Call]]:
+    """Row j of a key: calls j, j + r, j + 2r, ... for the whole steps there are."""
+    whole = min(len(found) // rows, steps)
+    return [[found[j + s * rows] for s in range(whole)] for j in range(rows)]
 
 
 def repeats(rows: list, calls: list[Call]) -> int:
     """How many times a trace without step marks ran the model: the most
     common ratio of an op's calls to its predicted rows (1 at least)."""
-    predicted = Counter(trace_name(r.op) for r in rows)
+    predicted = Counter(trace_name(r.op) for r in rows if trace_name(r.op) != OPTIMIZER)
     seen = Counter(c.name for c in calls)
     ratios = Counter(seen[n] // k for n, k in predicted.items() if seen[n] >= k > 0)
     return max(1, ratios.most_common(1)[0][0]) if ratios else 1

@@ -51,7 +51,8 @@ def _categories(c) -> Table:
 
 def _misses(rows) -> Table:
     table = Table(title=f"the {len(rows)} largest misses (measured - predicted, per step)")
-    for col in ("module", "op", "phase", "shapes", "bound", "predicted", "measured", "x"):
+    cols = ("module", "op", "phase", "shapes", "bound", "predicted", "measured", "x", "of roofline")
+    for col in cols:
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(
@@ -63,6 +64,7 @@ def _misses(rows) -> Table:
             seconds(r.predicted_s),
             seconds(r.measured_s),
             f"{r.ratio:.2f}" if r.predicted_s else "-",
+            f"{r.fraction_of_roofline:.0%}",
         )
     return table
 
