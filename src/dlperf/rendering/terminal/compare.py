@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .format import PHASE, seconds, shapes_text, short_op, wide_console
+from .format import PHASE, beside_table, seconds, shapes_text, short_op, wide_console
 
 
 def compare_report(c, top: int = 10, console: Console | None = None) -> None:
@@ -33,17 +33,12 @@ def compare_report(c, top: int = 10, console: Console | None = None) -> None:
     return None
 
 
-def _error(predicted: float, measured: float) -> str:
-    return f"{(predicted - measured) / measured:+.0%}" if measured else "-"
-
-
 def _categories(c) -> Table:
-    table = Table(title="by category, per step (measured includes time on no model op)")
-    for col in ("category", "predicted", "measured", "error"):
-        table.add_column(col, justify="left" if col == "category" else "right")
-    for name, v in c.categories.items():
-        p, m = v["predicted_s"], v["measured_s"]
-        table.add_row(name, seconds(p), seconds(m), _error(p, m))
+    table = beside_table(
+        "by category, per step (measured includes time on no model op)",
+        "category",
+        ((name, v["predicted_s"], v["measured_s"]) for name, v in c.categories.items()),
+    )
     if c.idle_s:
         table.add_row("idle (GPU waits)", "", seconds(c.idle_s), "")
     return table
@@ -70,13 +65,8 @@ def _misses(rows) -> Table:
 
 
 def _modules(modules) -> Table:
-    table = Table(title="by module (matched ops)")
-    for col in ("module", "predicted", "measured", "error"):
-        table.add_column(col, justify="left" if col == "module" else "right")
-    for m in modules:
-        table.add_row(escape(m["module"]), seconds(m["predicted_s"]), seconds(m["measured_s"]),
-                      _error(m["predicted_s"], m["measured_s"]))  # fmt: skip
-    return table
+    entries = ((m["module"], m["predicted_s"], m["measured_s"]) for m in modules)
+    return beside_table("by module (matched ops)", "module", entries)
 
 
 def _outside(entries) -> Table:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 # Short phase names for narrow table columns.
 PHASE = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
@@ -56,3 +58,14 @@ def wide_console() -> Console:
     if not console.is_terminal:
         console = PipeConsole(width=PIPED_WIDTH, emoji=False)
     return console
+
+
+def beside_table(title: str, label: str, entries) -> Table:
+    """Predicted beside measured: `entries` are (name, predicted s, measured s)."""
+    table = Table(title=title)
+    for col in (label, "predicted", "measured", "error"):
+        table.add_column(col, justify="left" if col == label else "right")
+    for name, predicted, measured in entries:
+        error = f"{(predicted - measured) / measured:+.0%}" if measured else "-"
+        table.add_row(escape(str(name)), seconds(predicted), seconds(measured), error)
+    return table

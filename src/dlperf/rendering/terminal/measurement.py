@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .format import PHASE, seconds, shapes_text, short_op, si, wide_console
+from .format import PHASE, beside_table, seconds, shapes_text, short_op, si, wide_console
 
 
 def trace_report(r, top: int = 15, console: Console | None = None) -> None:
@@ -108,14 +108,10 @@ def measure_report(r, console: Console | None = None) -> None:
 
 
 def _measured_categories(r) -> Table:
-    table = Table(title="by category (matched ops)")
-    for col in ("category", "predicted", "measured", "error"):
-        table.add_column(col, justify="left" if col == "category" else "right")
-    for name, c in r.categories.items():
-        predicted, measured = c["predicted_time_s"], c["measured_time_s"]
-        error = (predicted - measured) / measured if measured else 0.0
-        table.add_row(name, seconds(predicted), seconds(measured), f"{error:+.0%}")
-    return table
+    entries = (
+        (name, c["predicted_time_s"], c["measured_time_s"]) for name, c in r.categories.items()
+    )
+    return beside_table("by category (matched ops)", "category", entries)
 
 
 def _measured_ops(r) -> Table:
