@@ -208,3 +208,15 @@ def test_measure_writes_a_trace_that_compare_and_calibrate_read(cached_cpu, tmp_
     assert step == pytest.approx(c.measured_step_s, rel=0.02)
     assert main(["gpus", "--spec", str(out)]) == 0
     assert "host_gap_s" in capsys.readouterr().out
+
+
+def test_math_path_attention_backward_is_found_through_autograd(cached_cpu, tmp_path):
+    """On a CPU in training with dropout SDPA runs its math path: its backward
+    is autograd's nodes of the forward's ops, linked by sequence number."""
+    model = "hf:gpt2:layers=1,hidden=64,heads=2,vocab=512"
+    trace = tmp_path / "gpt2.json"
+    dlperf.measure(model, batch=2, seq_len=32, device="cpu", steps=2, trace_out=trace)
+    c = dlperf.compare(model, trace, batch=2, seq_len=32, precision="fp32")
+    backward = [r for r in c.rows if r.op == "dlperf.attention_backward.default"]
+    assert len(backward) == 1 and backward[0].measured_s > 0
+    assert not any("attention" in r["op"] for r in c.unmatched_rows)

@@ -102,11 +102,9 @@ def row_key(shapes) -> tuple:
     return tuple(tuple(s) for s in shapes if s)
 
 
-def anchored_calls(data: TraceData, names: set[str]) -> tuple[list[Call], list[Kernel]]:
-    """The trace's model-op calls in start order, and the kernels no call owns.
-
-    `names` are the canonical trace names the model predicts.
-    """
+def _anchor(data: TraceData, names: set[str], forced: dict[int, str]) -> tuple[list, dict]:
+    """(anchors, anchor of each op): the outermost call of each tree whose
+    name the model predicts, or that `forced` names (by the op's id)."""
     anchor_of: dict[int, dict | None] = {}
     by_tid = defaultdict(list)
     for op in data.cpu_ops:
@@ -118,20 +116,73 @@ def anchored_calls(data: TraceData, names: set[str]) -> tuple[list[Call], list[K
             while stack and stack[-1][0] <= op["ts"]:  # ended: one that starts then is a sibling
                 stack.pop()
             outer = stack[-1][1] if stack else None
-            anchor = outer or (op if canonical(op["name"]) in names else None)
+            mine = id(op) in forced or canonical(op["name"]) in names
+            anchor = outer or (op if mine else None)
             if anchor is op:
                 anchors.append(op)
             anchor_of[id(op)] = anchor
             stack.append((op["ts"] + op["dur"], anchor))
+    return anchors, anchor_of
+
+
+def _math_attention_backward(data: TraceData, anchors: list, anchor_of: dict) -> dict:
+    """Autograd's backward of each SDPA call that ran the math path (a CPU in
+    training with dropout): no backward op of its own, but one autograd node
+    per op of its forward, linked to them by sequence number. {id(node):
+    the group it joins (the forward call's id)}."""
+    forward = {id(op) for op in anchors if canonical(op["name"]) == "dlperf::attention"}
+    if not forward:
+        return {}
+    seqs = {}
+    for op in data.cpu_ops:
+        anchor = anchor_of.get(id(op))
+        seq = op["args"].get("Sequence number")
+        if anchor is not None and id(anchor) in forward and isinstance(seq, int):
+            seqs[seq] = id(anchor)
+    found = {}
+    for op in data.cpu_ops:
+        if not op["name"].startswith("autograd::engine::evaluate_function"):
+            continue
+        # the forward's sequence number (its "Fwd thread id" is the profiler's own
+        # thread index, not the trace's tid: one forward thread is assumed)
+        seq = op["args"].get("Sequence number")
+        if isinstance(seq, int) and seq in seqs:
+            found[id(op)] = seqs[seq]
+    return found
+
+
+def anchored_calls(data: TraceData, names: set[str]) -> tuple[list[Call], list[Kernel]]:
+    """The trace's model-op calls in start order, and the kernels no call owns.
+
+    `names` are the canonical trace names the model predicts. An SDPA call
+    that ran the math path gets its backward from autograd's nodes
+    (`_math_attention_backward`), where the model predicts one.
+    """
+    anchors, anchor_of = _anchor(data, names, {})
+    backward = "dlperf::attention_backward"
+    groups = {}
+    if backward in names and not any(canonical(op["name"]) == backward for op in anchors):
+        groups = _math_attention_backward(data, anchors, anchor_of)
+        if groups:
+            anchors, anchor_of = _anchor(data, names, dict.fromkeys(groups, backward))
     gpu = bool(data.kernels)
     starts = [start for start, _ in data.step_spans]
-    calls = {}
+    calls, backward_of = {}, {}
     for op in anchors:
+        group = groups.get(id(op))
+        if group is not None and group in backward_of:  # one more node of a backward begun
+            calls[id(op)] = backward_of[group]
+            backward_of[group].time_us += 0.0 if gpu else op["dur"]
+            continue
         dims = op["args"].get("Input Dims")
-        calls[id(op)] = Call(
-            canonical(op["name"]), _shape_key(dims), op["ts"], 0.0 if gpu else op["dur"],
-            step=_step_of(op["ts"], starts, data.step_spans),
+        name = backward if group is not None else canonical(op["name"])
+        call = Call(
+            name, None if group is not None else _shape_key(dims), op["ts"],
+            0.0 if gpu else op["dur"], step=_step_of(op["ts"], starts, data.step_spans),
         )  # fmt: skip
+        calls[id(op)] = call
+        if group is not None:
+            backward_of[group] = call
     orphans = []
     for k in data.kernels:
         anchor = anchor_of.get(id(k.op)) if k.op is not None else None
@@ -142,7 +193,8 @@ def anchored_calls(data: TraceData, names: set[str]) -> tuple[list[Call], list[K
         call.time_us += k.duration_us
         call.kernels.append(k)
     # on a GPU a call that launched nothing (a view, a host-side op) is no kernel's op
-    found = sorted((c for c in calls.values() if c.kernels or not gpu), key=lambda c: c.start_us)
+    unique = {id(c): c for c in calls.values()}.values()
+    found = sorted((c for c in unique if c.kernels or not gpu), key=lambda c: c.start_us)
     return found, orphans
 
 
