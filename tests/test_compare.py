@@ -317,3 +317,34 @@ def test_the_traced_models_own_layers_keep_their_factors_at_another_batch(predic
         k = max(1, row.kernels)
         s = (factors[id(before)] * before.time_s - f * k) / before.time_s
         assert after.time_s == pytest.approx(s * row.time_s + f * k, rel=1e-6, abs=1e-12)
+
+
+def test_math_attention_backward_takes_only_the_nodes_its_own_ops_made(tmp_path):
+    """The profiler gives each op the number the next autograd node takes: a
+    no-op cast ending SDPA records the number the transpose after it makes."""
+    from dlperf.measurement.kineto import read_trace
+    from dlperf.measurement.trace_match import anchored_calls
+
+    def op(name, ts, dur, seq):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "tid": 1, "ts": ts, "dur": dur,
+                "args": {"Sequence number": seq}}  # fmt: skip
+
+    node = "autograd::engine::evaluate_function: "
+    events = [
+        op("aten::scaled_dot_product_attention", 0, 10, 10),
+        op("aten::mul", 1, 2, 10),
+        op("aten::bmm", 4, 2, 11),
+        op("aten::to", 7, 1, 12),  # makes no node
+        op("aten::transpose", 12, 1, 12),  # makes node 12
+        op(node + "TransposeBackward0", 18, 1, 12),
+        op(node + "BmmBackward0", 20, 4, 11),
+        op(node + "MulBackward0", 25, 3, 10),
+    ]
+    path = tmp_path / "math_sdpa.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    names = {"dlperf::attention", "dlperf::attention_backward", "aten::transpose"}
+    calls, _ = anchored_calls(read_trace(path), names)
+    by_name = {c.name: c for c in calls}
+    assert by_name["dlperf::attention_backward"].time_us == 4 + 3  # Bmm's and Mul's nodes
+    assert by_name["dlperf::attention_backward"].start_us == 20
+    assert by_name["aten::transpose"].time_us == 1

@@ -27,6 +27,7 @@ from .trace_match import (
     Call,
     anchored_calls,
     canonical,
+    in_steps,
     match,
     repeats,
     trace_name,
@@ -169,6 +170,15 @@ def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
     rows = [r for r in analysis.rows if r.time_s > 0 or r.flops or r.bytes]
     names = {trace_name(r.op) for r in rows}
     calls, orphans = anchored_calls(data, names)
+    # time outside the profiled steps (before the first mark, after the last)
+    # belongs to no step: left out of every per-step figure
+    inside = in_steps(data)
+    kernels = [k for k in data.kernels if inside(k)]
+    orphans = [k for k in orphans if inside(k)]
+    if data.step_spans:
+        calls = [c for c in calls if c.step is not None]
+    if data.kernels and not kernels:
+        raise DlperfError(f"{data.path}: no GPU kernel was launched inside its profiled steps")
     steps = data.steps if data.step_spans else repeats(rows, calls)
     taken, left = match(rows, calls, steps)
     gpu = bool(data.kernels)
@@ -209,10 +219,10 @@ def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
     for entry in outside:
         categories[entry["category"]]["measured_s"] += entry["measured_s"]
     if gpu:
-        total = sum(k.duration_us for k in data.kernels) * 1e-6 / steps
-        busy = busy_time_us(data.kernels) * 1e-6 / steps
-        first = min(k.start_us for k in data.kernels)
-        last = max(k.start_us + k.duration_us for k in data.kernels)
+        total = sum(k.duration_us for k in kernels) * 1e-6 / steps
+        busy = busy_time_us(kernels) * 1e-6 / steps
+        first = min(k.start_us for k in kernels)
+        last = max(k.start_us + k.duration_us for k in kernels)
         span = (last - first) * 1e-6 / steps
         idle = max(0.0, span - busy)
     else:
@@ -245,7 +255,7 @@ def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
         sorted(outside, key=lambda e: e["measured_s"], reverse=True),
         {c: v for c, v in categories.items() if v["predicted_s"] or v["measured_s"]},
         _modules(out_rows, depth),
-        communication_summary(data, spec, steps) if gpu else {},
+        communication_summary(kernels, spec, steps) if gpu else {},
         data.rank,
     )
 
@@ -305,16 +315,16 @@ def _modules(rows: list[CompareRow], depth: int) -> list[dict]:
     return sorted(found.values(), key=lambda e: e["measured_s"], reverse=True)
 
 
-def communication_summary(data: TraceData, spec, steps: int) -> dict:
+def communication_summary(kernels: list[Kernel], spec, steps: int) -> dict:
     """Communication kernels of one rank's trace: their time, the part no
     compute kernel overlaps (exposed), per step, and those whose size the
     trace records priced by dlperf's collective model (`ranks`)."""
     from .ranks import priced_collectives
 
-    comm = [k for k in data.kernels if kernel_class(k.name) == COMMUNICATION]
+    comm = [k for k in kernels if kernel_class(k.name) == COMMUNICATION]
     if not comm:
         return {}
-    compute = [k for k in data.kernels if kernel_class(k.name) != COMMUNICATION]
+    compute = [k for k in kernels if kernel_class(k.name) != COMMUNICATION]
     total = sum(k.duration_us for k in comm)
     exposed = _uncovered_us(comm, compute)
     return {

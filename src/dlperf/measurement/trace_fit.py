@@ -53,8 +53,9 @@ def fit_calibration(analysis, comparison: Comparison, data: TraceData) -> tuple:
     exponent = 0.0
     points = _size_points([r for r in rows if r.category == "gemm"], extra)
     spread = _decades([flops for flops, _, _ in points])
-    if len(points) >= 5 and spread >= 1.0:
-        scales["gemm"], exponent = _size_fit(points)
+    fit = _size_fit(points) if len(points) >= 5 and spread >= 1.0 else None
+    if fit is not None and _sane(fit[0]):
+        scales["gemm"], exponent = fit
         fitted.append("gemm_exponent")
     else:
         kept.append(
@@ -142,7 +143,7 @@ def _size_points(gemms, extra: float) -> list[tuple[float, float, float]]:
     out = []
     for r in gemms:
         core = r.measured_s - extra * max(1, r.kernels)
-        if core > 0 and r.flops > 0:
+        if core > 0 and r.flops > 0 and _sane(core / r.predicted_s):
             out.append((r.flops, core / r.predicted_s, r.measured_s))
     return out
 
@@ -154,8 +155,11 @@ def _size_fit(points) -> tuple[float, float]:
     y = [math.log(ratio) for _, ratio, _ in points]
     w = [math.sqrt(seconds) for _, _, seconds in points]
     slope, intercept = np.polyfit(x, y, 1, w=w)
-    slope = min(1.0, max(-1.0, float(slope)))
-    return math.exp(float(intercept)), slope
+    if abs(slope) > 1.0:  # clamped: the intercept that best goes with the kept slope
+        slope = math.copysign(1.0, slope)
+        weights = np.square(w)
+        intercept = float(np.sum(weights * (np.array(y) - slope * np.array(x))) / np.sum(weights))
+    return math.exp(float(intercept)), float(slope)
 
 
 def _op_scales(rows, extra: float) -> dict:

@@ -125,29 +125,48 @@ def _anchor(data: TraceData, names: set[str], forced: dict[int, str]) -> tuple[l
     return anchors, anchor_of
 
 
+_NODE = "autograd::engine::evaluate_function"
+
+
 def _math_attention_backward(data: TraceData, anchors: list, anchor_of: dict) -> dict:
     """Autograd's backward of each SDPA call that ran the math path (a CPU in
     training with dropout): no backward op of its own, but one autograd node
     per op of its forward, linked to them by sequence number. {id(node):
     the group it joins (the forward call's id)}."""
-    forward = {id(op) for op in anchors if canonical(op["name"]) == "dlperf::attention"}
+    forward = {id(op): op for op in anchors if canonical(op["name"]) == "dlperf::attention"}
     if not forward:
         return {}
-    seqs = {}
-    for op in data.cpu_ops:
-        anchor = anchor_of.get(id(op))
+    # The profiler gives each op the number the next autograd node will take,
+    # whether or not the op makes one: the node's maker is the last op, in
+    # start order on its thread, that records its number (a no-op cast at the
+    # end of SDPA records the number of the op after it).
+    owner, threads = {}, defaultdict(set)
+    node_end, tid = float("-inf"), None
+    for op in data.cpu_ops:  # per thread, in start order
+        if op.get("tid") != tid:
+            node_end, tid = float("-inf"), op.get("tid")
+        if op["name"].startswith(_NODE):
+            node_end = max(node_end, op["ts"] + op["dur"])
+        if op["ts"] < node_end:  # a node, or inside one: backward's, not a maker
+            continue
         seq = op["args"].get("Sequence number")
-        if anchor is not None and id(anchor) in forward and isinstance(seq, int):
-            seqs[seq] = id(anchor)
+        if isinstance(seq, int):
+            owner[seq] = anchor_of.get(id(op))
+            threads[seq].add(tid)
+    seqs = {
+        seq: anchor
+        for seq, anchor in owner.items()
+        # numbers count per thread: one seen on two threads is ambiguous
+        if anchor is not None and id(anchor) in forward and len(threads[seq]) == 1
+    }
     found = {}
     for op in data.cpu_ops:
-        if not op["name"].startswith("autograd::engine::evaluate_function"):
+        if not op["name"].startswith(_NODE):
             continue
-        # the forward's sequence number (its "Fwd thread id" is the profiler's own
-        # thread index, not the trace's tid: one forward thread is assumed)
         seq = op["args"].get("Sequence number")
-        if isinstance(seq, int) and seq in seqs:
-            found[id(op)] = seqs[seq]
+        maker = seqs.get(seq) if isinstance(seq, int) else None
+        if maker is not None and op["ts"] >= maker["ts"] + maker["dur"]:  # after its forward
+            found[id(op)] = id(maker)
     return found
 
 
@@ -196,6 +215,20 @@ def anchored_calls(data: TraceData, names: set[str]) -> tuple[list[Call], list[K
     unique = {id(c): c for c in calls.values()}.values()
     found = sorted((c for c in unique if c.kernels or not gpu), key=lambda c: c.start_us)
     return found, orphans
+
+
+def in_steps(data: TraceData):
+    """A test of whether a kernel ran for a profiled step: its launch (else its
+    start) inside a ProfilerStep span. All kernels do in a trace without marks."""
+    if not data.step_spans:
+        return lambda k: True
+    starts = [start for start, _ in data.step_spans]
+
+    def inside(k: Kernel) -> bool:
+        t = k.launch_us if k.launch_us is not None else k.start_us
+        return _step_of(t, starts, data.step_spans) is not None
+
+    return inside
 
 
 def _step_of(ts: float, starts: list[float], spans: list[tuple[float, float]]) -> int | None:
