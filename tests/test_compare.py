@@ -348,3 +348,18 @@ def test_math_attention_backward_takes_only_the_nodes_its_own_ops_made(tmp_path)
     assert by_name["dlperf::attention_backward"].time_us == 4 + 3  # Bmm's and Mul's nodes
     assert by_name["dlperf::attention_backward"].start_us == 20
     assert by_name["aten::transpose"].time_us == 1
+
+
+def test_compare_says_when_the_run_had_other_shapes_or_none(predicted, tmp_path):
+    path = tmp_path / "run.json"
+    write_trace(path, predicted.rows, true_us)
+    same = dlperf.compare(mlp(), path, inputs=torch.empty(64, 256), precision="fp32")
+    assert same.notes == []
+    # the run had batch 64; the user says 32: ops match by name, the note says why
+    other = dlperf.compare(mlp(), path, inputs=torch.empty(32, 256), precision="fp32")
+    assert len(other.rows) == len(predicted.rows)
+    assert other.notes and "check --batch" in other.notes[0]
+    bare = tmp_path / "bare.json"
+    write_trace(bare, predicted.rows, true_us, shapes=False)
+    c = dlperf.compare(mlp(), bare, inputs=torch.empty(64, 256), precision="fp32")
+    assert c.notes and "no input shapes" in c.notes[0]

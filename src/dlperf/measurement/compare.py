@@ -30,6 +30,7 @@ from .trace_match import (
     in_steps,
     match,
     repeats,
+    row_key,
     trace_name,
 )
 
@@ -148,6 +149,7 @@ class Comparison:
     modules: list[dict] = field(default_factory=list)
     communication: dict = field(default_factory=dict)
     rank: int | None = None
+    notes: list[str] = field(default_factory=list)  # what the reader should check first
 
     @property
     def misses(self) -> list[CompareRow]:
@@ -257,7 +259,27 @@ def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
         _modules(out_rows, depth),
         communication_summary(kernels, spec, steps) if gpu else {},
         data.rank,
+        _notes(rows, taken, calls),
     )
+
+
+def _notes(rows: list, taken: list, calls: list[Call]) -> list[str]:
+    """Warnings about the match itself: a trace without shapes, or one whose
+    shapes are not the model's as given (another batch or sequence length)."""
+    if not any(c.shapes is not None for c in calls):
+        return [
+            "the trace recorded no input shapes (record_shapes=False): ops were matched by name "
+            "and order alone, so the batch and sequence length are only as given"
+        ]
+    matched = [(r, mine) for r, mine in zip(rows, taken, strict=True) if mine]
+    same = sum(mine[0].shapes == row_key(r.shapes) for r, mine in matched)
+    if matched and same < 0.5 * len(matched):
+        return [
+            f"only {same} of {len(matched)} matched ops ran with the input shapes predicted: "
+            "the run's batch, sequence length or inputs differ from the options given "
+            "(check --batch, --seq-len, --input)"
+        ]
+    return []
 
 
 def _outside(left: list[Call], orphans: list[Kernel], steps: int) -> list[dict]:

@@ -23,6 +23,8 @@ def compare_report(c, top: int = 10, console: Console | None = None) -> None:
         f"measured time mapped to model ops or named categories: {c.mapped_share:.1%} "
         f"({len(c.rows)} ops matched, {len(c.unmatched_rows)} predicted ops not in the trace)"
     )
+    for note in c.notes:
+        console.print(f"[yellow]{escape(note)}[/]")
     console.print(_categories(c))
     console.print(_misses(c.misses[:top]))
     console.print(_modules(c.modules[:top]))
