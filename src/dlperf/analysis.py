@@ -372,7 +372,11 @@ def _rows(
     timer = GemmTimer(spec)
     timer.prepare([g for _, found in priced for g in found.cost.gemms])
     rows = []
-    dtypes = [dtype_of(event.tensors(), event, found.cost) for event, found in priced]
+    inputs = [event.tensors() for event, _ in priced]
+    dtypes = [
+        dtype_of(tensors, event, found.cost)
+        for tensors, (event, found) in zip(inputs, priced, strict=True)
+    ]
     layers = [None] * len(priced)
     if spec.calibration is not None and spec.calibration.layer_scales:
         idents = [
@@ -380,8 +384,7 @@ def _rows(
             for (event, _), dtype in zip(priced, dtypes, strict=True)
         ]
         layers = layer_keys(model_name, params, idents)
-    for (event, found), dtype, layer in zip(priced, dtypes, layers, strict=True):
-        tensors = event.tensors()
+    for (event, found), tensors, dtype, layer in zip(priced, inputs, dtypes, layers, strict=True):
         timing = time(found.cost, spec, dtype, timer, op=event.op, layer=layer)
         row = op_row(event, tensors, found, timing, dtype, event.op not in unsupported)
         if event.info:

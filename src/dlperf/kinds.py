@@ -47,3 +47,9 @@ class LossKind(_Named):
     LAYOUT = "layout"  # NCHW data transposed for Tensor Core kernels
     REREAD = "reread"  # an input read again: its working set does not fit on chip
     LATENCY = "latency"  # too little work to fill the device
+
+
+def module_at_depth(module: str, depth: int) -> str:
+    """A module path cut at `depth` levels, as reports sum by module ("(model)"
+    for ops outside any submodule)."""
+    return ".".join(module.split(".")[:depth]) if module else "(model)"

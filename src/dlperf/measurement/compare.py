@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ..errors import DlperfError
 from ..hardware.calibration import layer_keys
 from ..kernels.roofline import roofline_time_s
+from ..kinds import module_at_depth
 from .kineto import Kernel, TraceData, busy_time_us
 from .trace_match import (
     OPTIMIZER,
@@ -314,11 +314,8 @@ def _host_s(data: TraceData, steps: int) -> float:
     """A CPU run's time per step: its profiled steps, else its top-level ops."""
     if data.step_spans:
         return sum(d for _, d in data.step_spans) * 1e-6 / len(data.step_spans)
-    by_tid = defaultdict(list)
-    for op in data.cpu_ops:
-        by_tid[op.get("tid")].append(op)
     total = 0.0
-    for ops in by_tid.values():
+    for ops in data.threads:
         end = float("-inf")
         for op in ops:  # sorted by start: the top level are those past the last end
             if op["ts"] >= end:
@@ -330,7 +327,7 @@ def _host_s(data: TraceData, steps: int) -> float:
 def _modules(rows: list[CompareRow], depth: int) -> list[dict]:
     found: dict[str, dict] = {}
     for r in rows:
-        key = ".".join(r.module.split(".")[:depth]) if r.module else "(model)"
+        key = module_at_depth(r.module, depth)
         entry = found.setdefault(key, {"module": key, "predicted_s": 0.0, "measured_s": 0.0})
         entry["predicted_s"] += r.predicted_s
         entry["measured_s"] += r.measured_s

@@ -71,6 +71,8 @@ class TraceData:
     # (start, duration) in us of each `ProfilerStep#N` span, in order
     step_spans: list[tuple[float, float]] = field(default_factory=list)
     rank: int | None = None  # distributedInfo.rank of a multi-GPU run
+    # cpu_ops per thread, each by start (the longest first at a tie): parents before children
+    threads: list[list[dict]] = field(default_factory=list)
 
 
 def read_trace(path: str | Path) -> TraceData:
@@ -129,8 +131,9 @@ def read_trace(path: str | Path) -> TraceData:
     rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
     spans = sorted(steps.values())
     return TraceData(
-        str(path), device, kernels, cpu_ops, max(1, len(steps)), step_spans=spans, rank=rank
-    )
+        str(path), device, kernels, cpu_ops, max(1, len(steps)), step_spans=spans, rank=rank,
+        threads=list(ops_by_tid.values()),
+    )  # fmt: skip
 
 
 def _checked(e: dict, index: int, path: Path) -> dict:

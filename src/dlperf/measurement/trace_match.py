@@ -102,15 +102,12 @@ def row_key(shapes) -> tuple:
     return tuple(tuple(s) for s in shapes if s)
 
 
-def _anchor(data: TraceData, names: set[str], forced: dict[int, str]) -> tuple[list, dict]:
+def _anchor(data: TraceData, names: set[str], forced: set[int]) -> tuple[list, dict]:
     """(anchors, anchor of each op): the outermost call of each tree whose
-    name the model predicts, or that `forced` names (by the op's id)."""
+    name the model predicts, or that is `forced` (the op's id)."""
     anchor_of: dict[int, dict | None] = {}
-    by_tid = defaultdict(list)
-    for op in data.cpu_ops:
-        by_tid[op.get("tid")].append(op)
     anchors = []
-    for ops in by_tid.values():
+    for ops in data.threads:
         stack: list[tuple[float, dict | None]] = []  # (end, anchor) of enclosing calls
         for op in ops:  # sorted by start, longest first
             while stack and stack[-1][0] <= op["ts"]:  # ended: one that starts then is a sibling
@@ -141,18 +138,17 @@ def _math_attention_backward(data: TraceData, anchors: list, anchor_of: dict) ->
     # start order on its thread, that records its number (a no-op cast at the
     # end of SDPA records the number of the op after it).
     owner, threads = {}, defaultdict(set)
-    node_end, tid = float("-inf"), None
-    for op in data.cpu_ops:  # per thread, in start order
-        if op.get("tid") != tid:
-            node_end, tid = float("-inf"), op.get("tid")
-        if op["name"].startswith(_NODE):
-            node_end = max(node_end, op["ts"] + op["dur"])
-        if op["ts"] < node_end:  # a node, or inside one: backward's, not a maker
-            continue
-        seq = op["args"].get("Sequence number")
-        if isinstance(seq, int):
-            owner[seq] = anchor_of.get(id(op))
-            threads[seq].add(tid)
+    for tid, ops in enumerate(data.threads):
+        node_end = float("-inf")
+        for op in ops:  # in start order
+            if op["name"].startswith(_NODE):
+                node_end = max(node_end, op["ts"] + op["dur"])
+            if op["ts"] < node_end:  # a node, or inside one: backward's, not a maker
+                continue
+            seq = op["args"].get("Sequence number")
+            if isinstance(seq, int):
+                owner[seq] = anchor_of.get(id(op))
+                threads[seq].add(tid)
     seqs = {
         seq: anchor
         for seq, anchor in owner.items()
@@ -177,13 +173,13 @@ def anchored_calls(data: TraceData, names: set[str]) -> tuple[list[Call], list[K
     that ran the math path gets its backward from autograd's nodes
     (`_math_attention_backward`), where the model predicts one.
     """
-    anchors, anchor_of = _anchor(data, names, {})
+    anchors, anchor_of = _anchor(data, names, set())
     backward = "dlperf::attention_backward"
     groups = {}
     if backward in names and not any(canonical(op["name"]) == backward for op in anchors):
         groups = _math_attention_backward(data, anchors, anchor_of)
         if groups:
-            anchors, anchor_of = _anchor(data, names, dict.fromkeys(groups, backward))
+            anchors, anchor_of = _anchor(data, names, set(groups))
     gpu = bool(data.kernels)
     starts = [start for start, _ in data.step_spans]
     calls, backward_of = {}, {}

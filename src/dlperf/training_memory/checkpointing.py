@@ -51,7 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import DlperfError
-from ..kinds import Phase
+from ..kinds import Phase, module_at_depth
 from ..tracing import OpEvent, Trace, within
 
 CHECKPOINT_HELP = (
@@ -400,10 +400,6 @@ def kept_by_module(trace: Trace, policy: str, depth: int = 2) -> dict[str, int]:
         saved.append((RECOMPUTED, largest, -1))
     out: dict[str, int] = {}
     for module, nbytes, _ in saved:
-        key = (
-            module
-            if module == RECOMPUTED
-            else (".".join(module.split(".")[:depth]) if module else "(model)")
-        )
+        key = module if module == RECOMPUTED else module_at_depth(module, depth)
         out[key] = out.get(key, 0) + nbytes
     return dict(sorted(out.items(), key=lambda kv: kv[1], reverse=True))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..hardware import HardwareSpec
 from ..hardware.framework import architecture_table
 from ..hardware.spec import SPECS_DIR
-from ..kinds import Phase
+from ..kinds import Phase, module_at_depth
 from ..optimizer import state_bytes
 from ..precision import Precision, precision
 from ..tracing import OpEvent, Trace
@@ -83,7 +83,7 @@ def by_module(trace: Trace, depth: int = 2) -> dict[str, int]:
     for t in trace.saved:
         if t.kind != "activation":
             continue
-        key = ".".join(t.module.split(".")[:depth]) if t.module else "(model)"
+        key = module_at_depth(t.module, depth)
         out[key] = out.get(key, 0) + t.nbytes
     return dict(sorted(out.items(), key=lambda kv: kv[1], reverse=True))
 
