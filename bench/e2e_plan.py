@@ -51,7 +51,7 @@ def check_plan(case, session) -> PlanCheck:
 
     row = case.row
     # one run, one session: both plans read one trace
-    run = resolve(case.model, batch=case.batch, seq_len=case.seq_len, **case.options)
+    run = resolve(case.model, batch=case.batch, seq_len=case.seq_len, **case.run_options)
     common = dict(
         gpus=int(row["gpus"]),
         gpus_per_node=int(row["gpus_per_node"]),

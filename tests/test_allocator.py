@@ -3,6 +3,7 @@ worked by hand from PyTorch's constants, and the step replay built on them."""
 
 import json
 
+import pytest
 import torch
 
 import dlperf
@@ -124,3 +125,45 @@ def test_memory_json_says_allocated_reserved_and_what_fits_is_judged_on():
     assert out["peak_bytes"] == out["reserved_bytes"] + out["overhead_bytes"]
     assert out["fits_on"] == "reserved_bytes + overhead_bytes"
     assert out["allocator_bytes"] >= 2 * MiB  # at least the small pool's first segment
+
+
+def test_the_cuda_context_is_the_users_figure_where_given(tmp_path):
+    from dlperf.errors import DlperfError
+    from dlperf.hardware.spec import SPECS_DIR
+    from dlperf.training_memory.step import framework_memory
+
+    model = "hf:gpt2:layers=2,hidden=128,heads=4"
+    default = framework_memory("volta").cuda_context_bytes  # the framework file's figure
+    base = dlperf.memory(model, gpu="v100-sxm2-16gb", batch=2)
+    given = dlperf.gpu("v100-sxm2-16gb", cuda_context_mib=1343)
+    mine = dlperf.memory(model, gpu=given, batch=2)
+    # only the context moves: 1343 MiB in place of the file's figure, tensors as they were
+    assert mine.peak_bytes - base.peak_bytes == 1343 * MiB - default
+    assert mine.reserved_bytes == base.reserved_bytes
+    # the plan and the serving deployment take the same figure
+    plans = [dlperf.plan(model, gpu=g, gpus=2, micro_batch=2) for g in ("v100-sxm2-16gb", given)]
+    assert plans[1].plans[0].memory.overhead_bytes - plans[0].plans[0].memory.overhead_bytes == (
+        pytest.approx(1343 * MiB - default)
+    )
+    serves = [dlperf.serve(model, gpu=g, batch=2) for g in ("v100-sxm2-16gb", given)]
+    assert serves[1].memory["workspace_bytes"] - serves[0].memory["workspace_bytes"] == (
+        1343 * MiB - default
+    )
+    # a spec file says it as cuda_context_bytes
+    text = (SPECS_DIR / "v100-sxm2-16gb.toml").read_text()
+    path = tmp_path / "old-driver.toml"
+    path.write_text(f"cuda_context_bytes = {1343 * MiB}\n" + text)
+    assert dlperf.memory(model, gpu=str(path), batch=2).peak_bytes == mine.peak_bytes
+    for bad, match in ((0, "positive"), (-5, "positive")):
+        try:
+            dlperf.gpu("a100", cuda_context_mib=bad)
+        except DlperfError as e:
+            assert match in str(e)
+        else:
+            raise AssertionError(f"cuda_context_mib={bad} was taken")
+    try:
+        dlperf.gpu("cpu", cuda_context_mib=100)
+    except DlperfError as e:
+        assert "a CPU has none" in str(e)
+    else:
+        raise AssertionError("a CPU took a CUDA context")

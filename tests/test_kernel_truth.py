@@ -150,6 +150,9 @@ def test_power_limit_from_a_spec_file(tmp_path):
         ["gemm", "8192", "8192", "8192", "--gpu", "h100", "--power-limit", "900"],
         # measure runs this machine's device as it is: nothing to cap or re-version
         ["measure", "torchvision:resnet18", "--input", "1x3x32x32", "--torch-version", "2.5"],
+        # a CPU has no CUDA context; a context is a positive size
+        ["memory", "torchvision:resnet18", "--gpu", "cpu", "--cuda-context", "1343"],
+        ["memory", "torchvision:resnet18", "--gpu", "v100", "--cuda-context", "0"],
     ],
 )
 def test_device_settings_refused_on_the_command_line_in_one_line(args):

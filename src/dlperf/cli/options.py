@@ -109,6 +109,13 @@ DEVICE_SETTINGS = (
         metavar="X.Y",
         help="the PyTorch whose kernels run (SDPA's backend order; default: the installed one)",
     ),
+    option(
+        "--cuda-context",
+        type=positive_float,
+        metavar="MIB",
+        help="the CUDA context your driver and PyTorch take, in MiB (nvidia-smi after the "
+        "first CUDA call; default 500, lazy module loading)",
+    ),
 )
 JSON = (option("--json", action="store_true", help="print one JSON document"),)
 
@@ -255,18 +262,28 @@ def model_options(args: argparse.Namespace, omit: tuple[str, ...] = ()) -> dict:
 
 
 def device_spec(args: argparse.Namespace):
-    """--gpu as given, or its spec configured by --power-limit and --torch-version."""
-    power_limit, version = getattr(args, "power_limit", None), getattr(args, "torch_version", None)
-    if power_limit is None and version is None:
+    """--gpu as given, or its spec configured by --power-limit, --torch-version
+    and --cuda-context."""
+    flags = {
+        "--power-limit": getattr(args, "power_limit", None),
+        "--torch-version": getattr(args, "torch_version", None),
+        "--cuda-context": getattr(args, "cuda_context", None),
+    }
+    given = [flag for flag, value in flags.items() if value is not None]
+    if not given:
         return args.gpu
     if args.gpu is None:  # measure: the device at hand, as it is
-        flag = "--power-limit" if power_limit is not None else "--torch-version"
         raise DlperfError(
-            f"{flag} describes a predicted --gpu; this verb runs the device as it is: drop it"
+            f"{given[0]} describes a predicted --gpu; this verb runs the device as it is: drop it"
         )
     from ..hardware import gpu
 
-    return gpu(args.gpu, power_limit=power_limit, torch_version=version)
+    return gpu(
+        args.gpu,
+        power_limit=flags["--power-limit"],
+        torch_version=flags["--torch-version"],
+        cuda_context_mib=flags["--cuda-context"],
+    )
 
 
 GEMM = (

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import DlperfError, close_matches
 from .spec import (
+    CPU_CUDA_CONTEXT,
     CPU_POWER_LIMIT,
     SPECS_DIR,
     HardwareSpec,
@@ -70,24 +71,36 @@ def resolve_id(name: str) -> str | None:
 
 
 def gpu(
-    name_or_path, *, power_limit: float | None = None, torch_version: str | None = None
+    name_or_path,
+    *,
+    power_limit: float | None = None,
+    torch_version: str | None = None,
+    cuda_context_mib: float | None = None,
 ) -> HardwareSpec:
     """A device by catalogue id, alias, device string, spec file path, or 'cpu'.
 
     `power_limit` caps the card below its TDP (watts, as `nvidia-smi -pl`);
     `torch_version` ("2.5") names the PyTorch whose kernels run (SDPA's
-    dispatcher order); both override what a spec file sets.
+    dispatcher order); `cuda_context_mib` is the CUDA context as the user's
+    driver and PyTorch build take it (MiB, as nvidia-smi shows after the first
+    CUDA call). Each overrides what a spec file sets.
     """
-    if power_limit is not None and str(name_or_path).lower() in CPU_NAMES:  # before the probe
-        raise DlperfError(CPU_POWER_LIMIT)
+    settings = (power_limit, torch_version, cuda_context_mib)
+    if str(name_or_path).lower() in CPU_NAMES:  # refused before the probe runs
+        if power_limit is not None:
+            raise DlperfError(CPU_POWER_LIMIT)
+        if cuda_context_mib is not None:
+            raise DlperfError(CPU_CUDA_CONTEXT)
     spec = _lookup(name_or_path)
-    if power_limit is None and torch_version is None:
+    if all(s is None for s in settings):
         return spec
     changes = {}
     if power_limit is not None:
         changes["power_limit_watts"] = float(power_limit)
     if torch_version is not None:
         changes["torch_version"] = str(torch_version)
+    if cuda_context_mib is not None:
+        changes["cuda_context_bytes"] = round(float(cuda_context_mib) * 2**20)
     spec = dataclasses.replace(spec, **changes)
     check_settings(spec, "")
     return spec

@@ -179,6 +179,9 @@ class HardwareSpec:
     power_limit_watts: float | None = None
     # The PyTorch version whose kernels run (SDPA's dispatcher order); "": the installed one.
     torch_version: str = ""
+    # The CUDA context as the user's driver and PyTorch build take it (`--cuda-context`,
+    # nvidia-smi's figure after the first CUDA call). None: the framework file's.
+    cuda_context_bytes: int | None = None
     nvlink_bandwidth_bytes_per_s: float | None = None
     pcie_bandwidth_bytes_per_s: float | None = None
     # Tensor Cores load operands in 16-byte pieces; Ampere and later run best
@@ -282,6 +285,7 @@ _OPTIONAL = {
     "tdp_watts": float,
     "power_limit_watts": float,
     "torch_version": str,
+    "cuda_context_bytes": int,
     "nvlink_bandwidth_bytes_per_s": float,
     "pcie_bandwidth_bytes_per_s": float,
     "tensor_alignment_bytes": int,
@@ -399,6 +403,7 @@ def spec_from_dict(raw: dict, where: str = "spec", arch_defaults: dict | None = 
 
 
 CPU_POWER_LIMIT = "--power-limit applies to GPUs; the CPU's clock is what the probe measured"
+CPU_CUDA_CONTEXT = "--cuda-context describes a GPU's CUDA context; a CPU has none: drop it"
 # "2.5", "2.5.1", and what torch.__version__ prints ("2.14.1+cu130", "2.6.0a0+git1234").
 TORCH_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:[a-z]+\d*)?(?:\+[\w.]+)?$")
 
@@ -441,6 +446,13 @@ def check_settings(spec: HardwareSpec, where: str) -> None:
             f"{where_}: efficiency.idle_power_share must be in [0, 1) and "
             "efficiency.power_clock_exponent positive"
         )
+    context = spec.cuda_context_bytes
+    if context is not None:
+        name = f"{where}: cuda_context_bytes" if where else "--cuda-context"
+        if spec.kind == "cpu":
+            raise DlperfError(CPU_CUDA_CONTEXT.replace("--cuda-context", name))
+        if context <= 0:
+            raise DlperfError(f"{name} must be a positive size (got {context})")
     version = spec.torch_version
     if version and parse_torch_version(version) is None:
         name = f"{where}: torch_version" if where else "--torch-version"

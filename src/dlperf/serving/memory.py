@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 
 from ..hardware import HardwareSpec
-from ..training_memory.step import framework_memory
+from ..training_memory.step import overhead_bytes
 
 
 @dataclass
@@ -72,8 +72,7 @@ def activation_bytes(working_set: float, residual_bytes: float) -> float:
 
 
 def workspace_bytes(spec: HardwareSpec) -> float:
-    framework = framework_memory(spec.architecture)
-    return float(framework.cuda_context_bytes + framework.cublas_workspace_bytes)
+    return float(overhead_bytes(spec))
 
 
 def max_batch(budget: float, fixed: float, per_sequence: float) -> int:

@@ -46,9 +46,13 @@ CUDA_CONTEXT_BYTES = framework_memory("default").cuda_context_bytes
 
 
 def overhead_bytes(spec: HardwareSpec) -> int:
-    """The framework's own memory on `spec`: the CUDA context and cuBLAS's workspace."""
+    """The framework's own memory on `spec`: the CUDA context (the user's figure
+    where `--cuda-context` gives one) and cuBLAS's workspace."""
     framework = framework_memory(spec.architecture)
-    return framework.cuda_context_bytes + framework.cublas_workspace_bytes
+    context = spec.cuda_context_bytes
+    if context is None:
+        context = framework.cuda_context_bytes
+    return context + framework.cublas_workspace_bytes
 
 
 def state_bytes_per_param(policy: str | Precision) -> tuple[int, int]:
