@@ -4,8 +4,9 @@ model file a user would write (`dlperf plan bench/mpt.py:mpt_7b ...`).
 llm-foundry's `mpt_causal_lm` is a GPT-2-shaped decoder (learned positions,
 LayerNorm, a 4x MLP with exact GELU, the head tied to the token embedding;
 MPT has no biases, a few million parameters GPT-2's code adds back), so the
-blocks are transformers' GPT-2 sized as MPT, attention through SDPA (flash
-on the A100 under bf16). The difference that matters for memory is the
+blocks are transformers' GPT-2 sized as MPT, attention through SDPA (priced as
+the kernel `--attention` names: `bench/e2e.py` gives `flash1`, the flash-attn
+1.x kernels the published tables ran). The difference that matters for memory is the
 loss: `ComposerMPTCausalLM` defaults to `loss_fn: fused_crossentropy`,
 flash-attn's cross-entropy kernel (llmfoundry/models/mpt/modeling_mpt.py,
 `FusedCrossEntropyLoss(ignore_index=-100)`), which keeps the bf16 logits

@@ -196,6 +196,39 @@ def test_flash3_and_triton_are_priced_and_flash3_needs_hopper():
     assert choose_backend(H100, _shape(), "flash2")[0] == "flash"
 
 
+def test_flash1_is_flash_attention_1_where_flash_attn_1_built_it():
+    from dlperf.kernels.attention import fused_terms
+
+    # The FA2 paper: FA2 is "around 2x" FA1, so FA1's anchors are half of FA2's
+    for spec in (A100, H100):
+        eff = spec.efficiency
+        for phase in ("forward", "backward"):
+            assert eff.attention_efficiency("flash1", phase) == pytest.approx(
+                eff.attention_efficiency("flash", phase) / 2, rel=0.01
+            )
+    # priced through the same main loop: at its anchor head size and a long unmasked
+    # sequence the exponentials' share is the anchor's own, so the kernel runs at the
+    # anchor x its blocks' prologue factor 32 / 33 (4096 / 128 steps, one more)
+    peak = A100.peak_flops_per_s("bf16")
+    fa1 = attention_efficiency(A100, _shape(), "flash1", peak)
+    assert fa1 == pytest.approx(A100.efficiency.attention_flash1_forward_efficiency * 32 / 33)
+    fa2 = fused_terms(A100, _shape(), "flash").math_s
+    assert fused_terms(A100, _shape(), "flash1").math_s == pytest.approx(fa2 * 2, rel=0.01)
+    # flash-attn 1.x: sm75 (fp16) to sm90, head sizes multiples of 8 up to 128, no masks
+    fp16 = {"dtype": "fp16", "math_dtype": "fp16"}
+    assert choose_backend(dlperf.gpu("t4"), _shape(**fp16), "flash1")[0] == "flash1"
+    for spec, changes, why in (
+        (dlperf.gpu("v100"), fp16, "sm75 to sm90"),
+        (dlperf.gpu("t4"), {}, "bf16 on sm80"),
+        (A100, {"head_dim": 256, "value_dim": 256}, "multiples of 8"),
+        (A100, {"mask": "padding"}, "no attention mask"),
+    ):
+        with pytest.raises(DlperfError, match=why):
+            choose_backend(spec, _shape(**changes), "flash1")
+    with pytest.raises(DlperfError, match="CUDA kernel"):
+        choose_backend(dlperf.gpu("cpu"), _shape(), "flash1")
+
+
 def test_attention_efficiency_falls_with_head_size_short_sequences_and_causal_masks():
     peak = H100.peak_flops_per_s("bf16")
     eff = H100.efficiency

@@ -43,9 +43,11 @@ def refuse_reduce_dtype(reduce_dtype: str | None) -> None:
         )
 
 
-# flash is FlashAttention-2 (also flash2); flash3 and triton are kernels from
-# outside PyTorch that a model's SDPA calls are priced as.
-ATTENTION = ("auto", "flash", "flash2", "flash3", "cudnn", "efficient", "triton", "math", "eager")
+# flash is FlashAttention-2 (also flash2); flash3, flash1 and triton are kernels
+# from outside PyTorch that a model's SDPA calls are priced as.
+ATTENTION = (
+    "auto", "flash", "flash2", "flash3", "flash1", "cudnn", "efficient", "triton", "math", "eager"
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -200,8 +200,9 @@ MODEL_OPTIONS = (
         default="auto",
         choices=list(ATTENTION),
         help="attention kernel: auto picks what the run's PyTorch SDPA picks on the GPU; "
-        "flash = flash2 (FlashAttention-2), flash3 (FlashAttention-3, Hopper), triton "
-        "(flash-attn's Triton kernel); eager runs the model's own attention code",
+        "flash = flash2 (FlashAttention-2), flash3 (FlashAttention-3, Hopper), flash1 "
+        "(flash-attn 1.x), triton (flash-attn's Triton kernel); eager runs the model's own "
+        "attention code",
     ),
     option(
         "--checkpoint",

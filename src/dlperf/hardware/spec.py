@@ -135,6 +135,8 @@ class Efficiency:
     attention_cudnn_backward_efficiency: float
     attention_flash3_forward_efficiency: float
     attention_flash3_backward_efficiency: float
+    attention_flash1_forward_efficiency: float
+    attention_flash1_backward_efficiency: float
     attention_triton_forward_efficiency: float
     attention_triton_backward_efficiency: float
     # Exponentials (and other special functions) an SM computes per clock: the
@@ -143,7 +145,7 @@ class Efficiency:
 
     def attention_efficiency(self, backend: str, phase: str) -> float:
         """The paper's fraction of peak of a fused attention `backend` ("flash",
-        "efficient", "cudnn", "flash3", "triton") in `phase` ("forward",
+        "efficient", "cudnn", "flash3", "flash1", "triton") in `phase` ("forward",
         "backward") at head size 128 and long sequences (0: none published)."""
         return getattr(self, f"attention_{backend}_{phase}_efficiency")
 

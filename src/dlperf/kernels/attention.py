@@ -12,9 +12,11 @@ of `check_prefer_cudnn_attention`); elsewhere it runs only when asked. Each rule
 below is one of the dispatcher's checks, with the reason it gives when it
 fails. On a CPU, PyTorch has a flash kernel (no dropout) and the math path.
 
-Two kernels outside PyTorch can be asked for: `flash3` (FlashAttention-3,
-flash-attn's Hopper kernels: sm90 only) and `triton` (the Triton flash kernel of
-flash-attn 1.x, `flash_attn_triton`, llm-foundry's `attn_impl: triton`).
+Three kernels outside PyTorch can be asked for: `flash3` (FlashAttention-3,
+flash-attn's Hopper kernels: sm90 only), `flash1` (FlashAttention-1, the CUDA
+kernels of flash-attn 1.x: what llm-foundry's `attn_impl: flash` and other
+2022-23 trainers ran before FlashAttention-2) and `triton` (the Triton flash
+kernel of flash-attn 1.x, `flash_attn_triton`, llm-foundry's `attn_impl: triton`).
 
 Speed (`attention_efficiency`): a kernel's main loop runs its GEMMs at a fraction
 of peak, and each score needs one exponential on the SMs' special-function
@@ -38,11 +40,12 @@ from ..hardware.spec import parse_torch_version
 from ..ops.cost import AttentionShape, Cost, Gemm
 
 # The kernels `choose_backend` names: SDPA's own, and two from outside PyTorch.
-BACKENDS = ("flash", "efficient", "cudnn", "math", "flash3", "triton")
+BACKENDS = ("flash", "efficient", "cudnn", "math", "flash3", "flash1", "triton")
 # What the reports call each (the user may say flash2 for flash).
 KERNEL_NAMES = {
     "flash": "FlashAttention-2",
     "flash3": "FlashAttention-3",
+    "flash1": "FlashAttention-1 (flash-attn 1.x)",
     "efficient": "memory-efficient (cutlass)",
     "cudnn": "cuDNN fused attention",
     "triton": "Triton flash kernel",
@@ -66,6 +69,9 @@ _FLASH_SM = ((8, 0), (12, 1))
 _EFFICIENT_SM = ((5, 0), (12, 1))
 _CUDNN_SM = ((8, 0), (12, 1))
 _TRITON_SM = ((8, 0), (12, 1))
+# flash-attn 1.x builds its kernels for Turing (sm75, fp16 only), Ampere and Hopper.
+_FLASH1_SM = ((7, 5), (9, 0))
+FLASH1_MAX_HEAD_DIM = 128
 FLASH_MAX_HEAD_DIM = 256
 TRITON_MAX_HEAD_DIM = 128  # flash_attn_triton's head sizes
 
@@ -152,6 +158,21 @@ def _flash3_refusal(cc, s: AttentionShape) -> str:
     return ""
 
 
+def _flash1_refusal(cc, s: AttentionShape) -> str:
+    if not _in(cc, _FLASH1_SM):
+        return f"FlashAttention-1 runs on sm75 to sm90 and this GPU is {_sm(cc)}"
+    if s.dtype not in _HALF or (s.dtype == "bf16" and cc < (8, 0)):
+        return f"FlashAttention-1 needs fp16 (or bf16 on sm80+) and the inputs are {s.dtype}"
+    if s.mask:
+        return "FlashAttention-1 takes no attention mask (a causal one only)"
+    if s.head_dim != s.value_dim or s.head_dim > FLASH1_MAX_HEAD_DIM or s.head_dim % 8:
+        return (
+            "FlashAttention-1 needs equal head sizes that are multiples of 8, "
+            f"<= {FLASH1_MAX_HEAD_DIM}"
+        )
+    return ""
+
+
 def _triton_refusal(cc, s: AttentionShape) -> str:
     if not _in(cc, _TRITON_SM):
         return f"the Triton flash kernel needs an sm80+ GPU and this one is {_sm(cc)}"
@@ -169,6 +190,7 @@ _GPU_RULES = {
     "efficient": _efficient_refusal,
     "cudnn": _cudnn_refusal,
     "flash3": _flash3_refusal,
+    "flash1": _flash1_refusal,
     "triton": _triton_refusal,
 }
 _AUTO_ORDER = ("flash", "efficient")
@@ -246,7 +268,7 @@ def _dispatch(cc, s: AttentionShape, version: tuple[int, ...]) -> tuple[str, str
 
 def _choose_on_cpu(shape: AttentionShape, requested: str) -> tuple[str, str]:
     refusal = _cpu_flash_refusal(shape)
-    if requested in ("efficient", "cudnn", "flash3", "triton"):
+    if requested in ("efficient", "cudnn", "flash3", "flash1", "triton"):
         raise DlperfError(
             f"--attention {requested} is a CUDA kernel; the CPU runs flash or math: use auto"
         )

@@ -117,7 +117,7 @@ def _finish(config, model_type, task, options_text: str, transformers, from_file
 
 
 # The --attention choices that run through torch's SDPA (its backends).
-SDPA_BACKENDS = ("flash", "flash3", "efficient", "cudnn", "triton", "math")
+SDPA_BACKENDS = ("flash", "flash3", "flash1", "efficient", "cudnn", "triton", "math")
 
 
 def _attn_implementation(auto, config, spec: str, attention: str) -> dict:

@@ -28,7 +28,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 # The backends a user may ask for that run through the fused op.
-FUSED_REQUESTS = ("auto", "flash", "efficient", "cudnn", "flash3", "triton")
+FUSED_REQUESTS = ("auto", "flash", "efficient", "cudnn", "flash3", "flash1", "triton")
 _SDPA = F.scaled_dot_product_attention
 
 
