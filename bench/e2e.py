@@ -36,7 +36,10 @@ How each published model is written in dlperf's terms:
   1.21e9) = 2.11e9 more FLOPs ran at 2.11 / 6.97 = 30% of peak: FA1's 25-40%
   (the FA2 paper's figure), not FA2's 50-73%.
 - ResNet-50 v1.5 is torchvision's resnet50 (stride 2 in the 3x3 conv).
-- BERT-large ran Hugging Face's eager attention in 2023 (`--attention eager`).
+- BERT-large ran Hugging Face's eager attention in 2023 (`--attention eager`),
+  under the Trainer, which clips the gradients' norm every step by default
+  (`--clip-grad`), on a PyTorch that loaded every CUDA kernel up front
+  (`--torch-version 1.12 --cuda-context 1343`: see `case_of`).
 
 Run: python bench/e2e.py [--markdown] [--only ID_PREFIX]
 """
@@ -165,8 +168,11 @@ def case_of(row: dict) -> Case:
         options["attention"] = "eager"  # Hugging Face BERT had no SDPA path then
         # The page measured its CUDA context with PyTorch's kernels loaded: 1343 MB in
         # nvidia-smi after its first CUDA tensor (CUDA 11.2, before lazy module loading),
-        # where dlperf's default is a lazily loaded context's 500 MiB.
-        device = {"cuda_context_mib": HF_CUDA_CONTEXT_MIB}
+        # where dlperf's default is a lazily loaded context's 500 MiB. PyTorch loads
+        # lazily by default from 1.13 (pytorch/pytorch#86509): the run's was 1.12 or
+        # older, whose clip_grad_norm_ loops over the gradients one op at a time.
+        device = {"cuda_context_mib": HF_CUDA_CONTEXT_MIB, "torch_version": "1.12"}
+        options["clip_grad"] = True  # the Trainer's max_grad_norm=1.0 default
         if options["optimizer"] == "adamw":  # the Trainer's adamw_hf: a loop over the tensors
             options["optimizer"] = "adamw-hf"
     else:

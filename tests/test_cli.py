@@ -319,6 +319,7 @@ def test_model_options_feed_keywords_the_api_takes():
                 "loss",
                 "reduce_dtype",
                 "sparsity",
+                "clip_grad",
             ),
         ),
     ]:

@@ -1,5 +1,5 @@
 """The ways a step runs (--attention, --checkpoint, --compile, --cuda-graphs,
-fp8) on every verb that takes a model, and what each changes in the result."""
+--clip-grad, fp8) on every verb that takes a model, and what each changes in the result."""
 
 import json
 from pathlib import Path
@@ -17,7 +17,7 @@ from dlperf.run import Session, resolve
 from dlperf.tracing import trace
 
 TINY = "hf:gpt2:layers=2,n_embd=64,n_head=4,vocab_size=512,n_positions=64"
-WAYS = ["--attention", "eager", "--checkpoint", "full", "--compile", "--cuda-graphs"]
+WAYS = ["--attention", "eager", "--checkpoint", "full", "--compile", "--cuda-graphs", "--clip-grad"]
 
 
 def run_json(capsys, *argv):
@@ -130,6 +130,38 @@ def test_fp16_amp_steps_run_the_grad_scaler_and_wait_for_it():
     assert not [r for r in bf16.rows if r.op == "amp.grad_scaler"]
     # unscale reads and writes every fp32 gradient once: 2 x 4 B per parameter
     assert scaler[0].bytes == pytest.approx(8 * fp16.params, rel=0.01)
+
+
+def test_clip_grad_norm_reads_every_gradient_twice_and_writes_it_once(capsys):
+    from dlperf.optimizer import clip_grad_cost
+
+    session = Session()
+    base = resolve(TINY, gpu="a100", precision="amp-bf16", batch=2, seq_len=32)
+    plain = session.analysis(base)
+    clipped = session.analysis(resolve(TINY, gpu="a100", precision="amp-bf16", batch=2,
+                                       seq_len=32, clip_grad=True))  # fmt: skip
+    rows = [r for r in clipped.rows if r.op == "clip_grad_norm"]
+    assert len(rows) == 1 and rows[0].phase == "optimizer"
+    assert not [r for r in plain.rows if r.op == "clip_grad_norm"]
+    # the norms read each fp32 gradient, the multiply reads and writes it: 3 x 4 B each
+    assert rows[0].bytes == pytest.approx(12 * clipped.params, rel=0.01)
+    # nothing waits on it: the coefficient is clamped on the device
+    assert not rows[0].host_sync
+    assert clipped.time_s > plain.time_s
+    # how PyTorch runs it: one foreach op per pass from 2.0 (this tiny model's
+    # gradients fit one launch each: _foreach_norm, its finishing kernel,
+    # _foreach_mul_, and the 5 scalar ops between), a loop over them before
+    trace = session.trace(base)
+    tensors = len([s for s in trace.param_shapes if s])
+    event, costed = clip_grad_cost(trace, dlperf.gpu("a100", torch_version="2.4"))
+    assert (costed.cost.kernels, event.info["host_ops"]) == (2 + 1 + 5, 2 + 5)
+    event, costed = clip_grad_cost(trace, dlperf.gpu("a100", torch_version="1.12"))
+    assert costed.cost.kernels == event.info["host_ops"] == 2 * tensors + 5
+    # an inference pass has no gradients to clip; measure runs the step as written
+    for argv in (["analyze", TINY, "--infer"], ["measure", TINY]):
+        assert main([*argv, "--clip-grad"]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "--clip-grad" in err
 
 
 class _Row:

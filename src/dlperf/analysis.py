@@ -25,7 +25,7 @@ from .kernels.pricing import GemmRow, GemmTimer, Timing, time
 from .kernels.roofline import arithmetic_intensity
 from .kinds import Bound, Category, LossKind, Phase
 from .ops import CATEGORIES, Cost, CostContext, Costed, costed, fallback
-from .optimizer import grad_scaler_cost, optimizer_cost, uses_loss_scaling
+from .optimizer import clip_grad_cost, grad_scaler_cost, optimizer_cost, uses_loss_scaling
 from .tracing import Trace
 
 __all__ = ["Analysis", "GemmRow", "OpRow", "Tally", "analyze_trace", "price_cost", "tally"]
@@ -321,18 +321,22 @@ def analyze_trace(
     checkpoint: str = "none",
     compiled: bool = False,
     cuda_graphs: bool = False,
+    clip_grad: bool = False,
 ) -> Analysis:
     """Every event of the trace costed and timed on `spec`, run the way the
     user runs it: `checkpoint` adds the forward work backward recomputes
     (phase "recompute"), `compiled` fuses element-wise chains as
-    torch.compile does (`compiling.fuse`), and the host that issues the
-    kernels sets the step's time (`host.issue_timeline`; `cuda_graphs`
-    replays the step in one launch)."""
+    torch.compile does (`compiling.fuse`), `clip_grad` clips the gradients'
+    norm before the optimizer step, and the host that issues the kernels
+    sets the step's time (`host.issue_timeline`; `cuda_graphs` replays the
+    step in one launch)."""
     priced, unsupported = _costed(trace, checkpoint)
     after = []  # the optimizer step, eager after the (compiled) forward and backward
     if trace.training and optimizer:
-        if uses_loss_scaling(trace):
+        if uses_loss_scaling(trace):  # unscaled before anything reads the gradients
             after.append(grad_scaler_cost(trace))
+        if clip_grad:
+            after.append(clip_grad_cost(trace, spec))
         after.append(optimizer_cost(trace, optimizer, spec))
     fusion = None
     if compiled:

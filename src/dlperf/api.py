@@ -46,6 +46,7 @@ def analyze(
     loss: str = "eager",
     reduce_dtype: str | None = None,
     sparsity: str | None = None,
+    clip_grad: bool = False,
 ) -> Analysis:
     """Predict every op of one training (or inference) step of `model` on `gpu`.
 
@@ -80,6 +81,7 @@ def analyze(
         cuda_graphs=cuda_graphs,
         loss=loss,
         sparsity=sparsity,
+        clip_grad=clip_grad,
     )
     return (session or Session()).analysis(run, progress)
 
@@ -102,6 +104,7 @@ def memory(
     loss: str = "eager",
     reduce_dtype: str | None = None,
     sparsity: str | None = None,
+    clip_grad: bool = False,
 ):
     """Memory of one training step per GPU: weights, gradients, optimizer
     states, saved activations (by module), transients, overhead, and the peak.
@@ -129,6 +132,7 @@ def memory(
         cuda_graphs=cuda_graphs,
         loss=loss,
         sparsity=sparsity,
+        clip_grad=clip_grad,
     )
     return memory_report(run, session or Session(), run.checkpoint, accumulate, fit)
 
@@ -162,6 +166,7 @@ def plan(
     loss: str = "eager",
     reduce_dtype: str | None = None,
     sparsity: str | None = None,
+    clip_grad: bool = False,
 ):
     """Price and rank parallel plans of `model` on `gpus` GPUs: memory per GPU,
     compute, collectives (bytes, time, exposed time), step time, throughput
@@ -204,6 +209,7 @@ def plan(
         loss=loss,
         reduce_dtype=reduce_dtype,
         sparsity=sparsity,
+        clip_grad=clip_grad,
     )
     return plan_report(
         run,

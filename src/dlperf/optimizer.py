@@ -342,3 +342,53 @@ def grad_scaler_cost(trace: Trace) -> tuple[OpEvent, Costed]:
     )
     cost = Cost(flops=2 * n, bytes_read=n * grad, bytes_written=n * grad, kernels=kernels)
     return event, Costed(cost, Category.OTHER, "optimizer")
+
+
+# torch.nn.utils.clip_grad_norm_ runs its two passes (the norms, the multiply) as
+# one multi-tensor op each from PyTorch 2.0 (`foreach=None` on CUDA and CPU tensors);
+# before, as a Python loop of one op per gradient and pass.
+CLIP_FOREACH_SINCE = (2, 0)
+# The ops between the passes: stack the norms, their norm, + eps, max_norm / it, clamp.
+_CLIP_SCALARS = 5
+
+
+def clip_style(spec=None) -> str:
+    """How `clip_grad_norm_` runs under the spec's PyTorch (`--torch-version`,
+    else the installed one): "foreach" or "per-tensor"."""
+    from .kernels.attention import torch_version
+
+    return "foreach" if torch_version(spec)[:2] >= CLIP_FOREACH_SINCE else "per-tensor"
+
+
+def clip_grad_cost(trace: Trace, spec=None) -> tuple[OpEvent, Costed]:
+    """`torch.nn.utils.clip_grad_norm_` before the optimizer step, as Hugging
+    Face's Trainer, torchtitan and Megatron-LM run it by default: every
+    gradient's norm (one read), the total norm and the clip coefficient from
+    them, and every gradient multiplied by it in place (a read and a write).
+    No `.item()`: the coefficient is clamped on the device, so the host does
+    not wait."""
+    n = trace.trainable_params
+    grad = trace.precision.grad_bytes
+    numels = [math.prod(s) for s in trace.param_shapes]
+    tensors = sum(1 for x in numels if x > 0)
+    style = clip_style(spec)
+    if style == "per-tensor":  # torch.norm(g) per gradient, then g.mul_(coef) per gradient
+        kernels = host_ops = 2 * tensors + _CLIP_SCALARS
+    elif spec is not None and spec.kind == "cpu":  # each foreach op a C++ loop over them
+        kernels, host_ops = 2 * tensors + _CLIP_SCALARS, 2 + _CLIP_SCALARS
+    else:  # _foreach_norm (and its per-tensor finishing kernel), _foreach_mul_
+        launches = multi_tensor_launches(numels, depth=1)
+        kernels, host_ops = 2 * launches + 1 + _CLIP_SCALARS, 2 + _CLIP_SCALARS
+    event = OpEvent(
+        op="clip_grad_norm",
+        args=(),
+        kwargs={},
+        outputs=(),
+        module="(optimizer)",
+        phase=Phase.OPTIMIZER,
+        info={"params": n, "host_ops": host_ops if n else 0, "style": style},
+    )
+    cost = Cost(
+        flops=3 * n, bytes_read=2 * n * grad, bytes_written=n * grad, kernels=kernels if n else 0
+    )
+    return event, Costed(cost, Category.OTHER, "optimizer")

@@ -67,6 +67,7 @@ class Run:
     # the dtype data parallelism reduce-scatters sharded gradients in (FSDP's reduce_dtype)
     reduce_dtype: str = "fp32"
     sparsity: str = ""  # "2:4": linear layers pruned (`precision.with_sparsity`)
+    clip_grad: bool = False  # clip_grad_norm_ before the optimizer step
     # The run this one varies by a few modules (a fix of the advice): its
     # trace can be spliced rather than traced whole. Not part of its identity.
     base: Run | None = field(default=None, compare=False, repr=False)
@@ -129,6 +130,7 @@ def resolve(
     loss: str = "eager",
     reduce_dtype: str | None = None,
     sparsity: str | None = None,
+    clip_grad: bool = False,
 ) -> Run:
     """The one place where a model name, input shapes, a GPU name and a
     precision name become values; every verb calls it (see `resolve_model`
@@ -155,6 +157,10 @@ def resolve(
             f"unknown --reduce-dtype {reduce_dtype!r}; choose from: {', '.join(REDUCE_DTYPES)}"
         )
     _refuse_ineffective(spec, training, checkpoint, cuda_graphs, loss)
+    if clip_grad and not training:
+        raise DlperfError(
+            "--clip-grad clips a training step's gradients; --infer has none: drop it"
+        )
     loaded = resolve_model(model, inputs, batch, seq_len, attention)
     _refuse_idle_checkpoint(loaded, checkpoint)
     return Run(
@@ -170,6 +176,7 @@ def resolve(
         loss,
         reduce_dtype,
         sparsity or "",
+        bool(clip_grad),
     )
 
 
@@ -410,7 +417,7 @@ class Session:
     ) -> Analysis:
         """The run's analysis; `with_optimizer=False` leaves the optimizer step out."""
         optimizer = run.optimizer if run.training and with_optimizer else ""
-        how = (run.checkpoint, run.compile, run.cuda_graphs)
+        how = (run.checkpoint, run.compile, run.cuda_graphs, run.clip_grad)
         key = (*self._trace_key(run), id(run.spec), optimizer, how)
         if key not in self._analyses:
             self._held.append(run.spec)
@@ -423,6 +430,7 @@ class Session:
                 checkpoint=run.checkpoint,
                 compiled=run.compile,
                 cuda_graphs=run.cuda_graphs,
+                clip_grad=run.clip_grad,
             )
             if run.training and optimizer:
                 analysis.memory = _step_memory(recorded, run)

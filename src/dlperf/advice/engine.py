@@ -88,6 +88,7 @@ def advise(
     loss: str = "eager",
     reduce_dtype: str | None = None,
     sparsity: str | None = None,
+    clip_grad: bool = False,
 ) -> Advice:
     refuse_reduce_dtype(reduce_dtype)  # one GPU's step: no gradient reduction
     ctx = _context(
@@ -106,6 +107,7 @@ def advise(
         cuda_graphs=cuda_graphs,
         loss=loss,
         sparsity=sparsity,
+        clip_grad=clip_grad,
     )
     findings = run_rules(ctx, rules)
     known = load_rules()

@@ -383,6 +383,7 @@ _RUN_WAYS = {
     "loss": "eager",
     "reduce_dtype": None,
     "sparsity": None,
+    "clip_grad": False,
 }
 
 

@@ -242,6 +242,13 @@ MODEL_OPTIONS = (
         help="price the step as torch.compile runs it (fused element-wise chains)",
     ),
     option(
+        "--clip-grad",
+        api="clip_grad",
+        action="store_true",
+        help="the step clips the gradients' norm (clip_grad_norm_, as Hugging Face's Trainer, "
+        "torchtitan and Megatron-LM do by default)",
+    ),
+    option(
         "--cuda-graphs",
         api="cuda_graphs",
         action="store_true",
