@@ -30,7 +30,8 @@ def test_torchtitan_llama3_8b_becomes_fsdp_with_per_op_checkpointing():
     assert job.global_batch == 8  # global_batch_size left at -1: 1 per rank, no accumulation
     assert job.unknown == []
     ignored = {f.name for f in job.fields if f.ignored}
-    assert {"training.max_norm", "optimizer.lr", "job.dump_folder"} <= ignored
+    assert {"optimizer.lr", "job.dump_folder"} <= ignored
+    assert job.options["clip_grad"]  # max_norm 1.0: clip_grad_norm_ every step
 
 
 def test_llm_foundry_mpt_125m_becomes_pure_bf16_fsdp_with_the_fused_loss():
@@ -45,6 +46,7 @@ def test_llm_foundry_mpt_125m_becomes_pure_bf16_fsdp_with_the_fused_loss():
     assert job.options["loss"] == "fused"  # ComposerMPTCausalLM's default loss_fn
     assert job.options["attention"] == "auto"  # attn_impl flash
     assert job.options["checkpoint"] == "none"
+    assert "clip_grad" not in job.options  # no algorithms.gradient_clipping: Composer clips not
     assert job.parallel == {"sharding": "fsdp", "tp": 1, "pp": 1, "dp": 8}
     assert job.unknown == []
 
@@ -58,6 +60,7 @@ def test_megatron_arguments_become_tp2_sequence_parallel_zero1():
     assert job.options["precision"] == "amp-bf16"
     assert job.options["attention"] == "auto"  # --use-flash-attn
     assert job.options["checkpoint"] == "selective"  # --recompute-granularity selective
+    assert job.options["clip_grad"]  # --clip-grad 1.0
     # 8 GPUs / tp 2 = dp 4; the distributed optimizer shards the states (ZeRO-1)
     assert job.parallel == {
         "tp": 2,
@@ -73,12 +76,16 @@ def test_megatron_arguments_become_tp2_sequence_parallel_zero1():
 def test_training_arguments_json_become_micro_batches_for_memory():
     job = read_config(EXAMPLES / "hf_training_args.json")
     assert (job.micro_batch, job.grad_accum) == (4, 4)
-    assert job.options == {"checkpoint": "full", "precision": "amp-fp16", "optimizer": "adamw"}
+    # no max_grad_norm: the Trainer's default 1.0 clips every step
+    assert job.options == {
+        "checkpoint": "full", "precision": "amp-fp16", "optimizer": "adamw", "clip_grad": True
+    }  # fmt: skip
     # dlperf memory takes the whole batch and splits it: 4 x 4 in 4 micro-batches
     assert job.cli_values("memory") | {} == {
         "checkpoint": "full",
         "precision": "amp-fp16",
         "optimizer": "adamw",
+        "clip_grad": True,
         "batch": 16,
         "accumulate": 4,
     }
@@ -184,3 +191,18 @@ def test_a_config_without_a_model_asks_for_one(capsys):
     config = str(EXAMPLES / "hf_training_args.json")
     assert main(["memory", "--config", config]) == 2
     assert "names no model (a hf-training config): give MODEL" in capsys.readouterr().err
+
+
+def test_each_framework_says_whether_it_clips_the_gradients(tmp_path):
+    yaml = (EXAMPLES / "llm_foundry_mpt_125m.yaml").read_text()
+    clipped = tmp_path / "mpt.yaml"
+    clipped.write_text(yaml + "algorithms:\n  gradient_clipping:\n    clipping_threshold: 1.0\n")
+    assert read_config(clipped, gpus=8).options["clip_grad"]
+    script = (EXAMPLES / "megatron_gpt_1.3b.sh").read_text()
+    off = tmp_path / "megatron.sh"
+    off.write_text(script.replace("--clip-grad 1.0", "--clip-grad 0.0"))
+    assert read_config(off, gpus=8).options["clip_grad"] is False
+    # Megatron-LM clips at 1.0 when the flag is absent
+    absent = tmp_path / "megatron_default.sh"
+    absent.write_text(script.replace("--clip-grad 1.0", ""))
+    assert read_config(absent, gpus=8).options["clip_grad"] is True

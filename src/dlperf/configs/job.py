@@ -64,6 +64,15 @@ class Job:
         self.use(name, value, f"--{key.replace('_', '-')} {found}{how.get('note', '')}")
         return found
 
+    def clip_grad(self, name: str, value) -> None:
+        """A maximum gradient norm: clipped (`--clip-grad`) unless it is 0 or off."""
+        try:
+            on = float(value) > 0
+        except (TypeError, ValueError):
+            on = bool(value)
+        self.options["clip_grad"] = on
+        self.use(name, value, "--clip-grad" if on else "no gradient clipping")
+
     @property
     def unknown(self) -> list[Field]:
         return [f for f in self.fields if f.ignored.startswith("unknown")]

@@ -32,7 +32,7 @@ BOOKKEEPING = {
     "eval_first", "eval_subset_num_batches", "device_eval_batch_size", "progress_bar",
     "log_to_console", "console_log_interval", "callbacks", "loggers", "save_folder",
     "save_interval", "save_num_checkpoints_to_keep", "load_path", "dist_timeout",
-    "variables", "algorithms", "icl_tasks", "eval_gauntlet",
+    "variables", "icl_tasks", "eval_gauntlet",
 }  # fmt: skip
 MODEL_SIZES = ("d_model", "n_heads", "n_layers", "expansion_ratio", "vocab_size")
 
@@ -67,6 +67,16 @@ def resolve_references(doc: dict) -> dict:
     return walk(doc)
 
 
+def _algorithms(job: Job, algorithms: dict) -> None:
+    """Composer's algorithms: gradient clipping is priced; the others change no step."""
+    for name, value in algorithms.items() if isinstance(algorithms, dict) else ():
+        if name == "gradient_clipping":
+            threshold = value.get("clipping_threshold", 1.0) if isinstance(value, dict) else value
+            job.clip_grad(f"algorithms.{name}", threshold)
+        else:
+            job.ignore(f"algorithms.{name}", value, NOT_PRICED)
+
+
 def read(doc: dict, path: str, gpus: int | None) -> Job:
     doc = resolve_references(doc)
     job = Job("llm-foundry", path)
@@ -93,6 +103,8 @@ def read(doc: dict, path: str, gpus: int | None) -> Job:
                 raise bad(path, key, f"expected one of {', '.join(PRECISION)}, got {value!r}")
             job.options.setdefault("precision", PRECISION[value])
             job.use(key, value, f"--precision {PRECISION[value]}")
+        elif key == "algorithms":
+            _algorithms(job, value or {})
         elif key == "fsdp_config":
             _fsdp(job, value or {}, path, gpus)
         elif key == "optimizer":

@@ -41,7 +41,7 @@ SWITCHES = {
 }  # fmt: skip
 # Flags that change no step's time or memory (training length, data, logging ...).
 BOOKKEEPING_PREFIXES = (
-    "--train-", "--lr", "--min-lr", "--weight-decay", "--clip-grad", "--adam-", "--init-",
+    "--train-", "--lr", "--min-lr", "--weight-decay", "--adam-", "--init-",
     "--data-", "--split", "--tokenizer-", "--vocab-file", "--merge-file", "--save",
     "--load", "--log-", "--eval-", "--tensorboard", "--wandb", "--seed", "--distributed-",
     "--exit-", "--no-", "--attention-dropout", "--hidden-dropout", "--override-",
@@ -157,6 +157,10 @@ def _run(job: Job, args: dict, path: str, gpus: int | None) -> None:
     for flag in ("--bf16", "--fp16"):
         if flag in args:
             job.use(flag, True, f"--precision {precision} (fp32 main weights and gradients)")
+    if "--clip-grad" in args:
+        job.clip_grad("--clip-grad", args["--clip-grad"])
+    else:
+        job.options["clip_grad"] = True  # Megatron-LM clips at 1.0 unless told
     attention = "auto" if "--use-flash-attn" in args else "eager"
     job.options["attention"] = attention
     if "--use-flash-attn" in args:

@@ -24,7 +24,7 @@ HF_OPTIMIZERS = {
 
 _NOT_PRICED_TEXT = """learning_rate weight_decay num_train_epochs max_steps seed output_dir
     logging_steps save_steps warmup_steps warmup_ratio report_to evaluation_strategy
-    eval_strategy lr_scheduler_type max_grad_norm adam_beta1 adam_beta2 adam_epsilon
+    eval_strategy lr_scheduler_type adam_beta1 adam_beta2 adam_epsilon
     dataloader_num_workers log_level per_device_eval_batch_size save_strategy logging_dir
     run_name"""
 HF_NOT_PRICED = frozenset(_NOT_PRICED_TEXT.split())
@@ -59,6 +59,8 @@ def read_training_arguments(doc: dict, path: str, gpus: int | None) -> Job:
         elif key == "optim":
             unknown = "unknown optimizer: priced as AdamW"
             job.mapped(path, key, value, HF_OPTIMIZERS, "optimizer", unknown=unknown)
+        elif key == "max_grad_norm":
+            job.clip_grad(key, value)
         elif key == "torch_compile":
             job.options["compile"] = bool(value)
             job.use(key, value, "--compile" if value else "eager")
@@ -70,6 +72,7 @@ def read_training_arguments(doc: dict, path: str, gpus: int | None) -> Job:
             job.ignore(key, value, NOT_PRICED)
         else:
             job.ignore(key, value, "unknown field: not a TrainingArguments field dlperf knows")
+    job.options.setdefault("clip_grad", True)  # the Trainer's max_grad_norm defaults to 1.0
     if job.micro_batch and gpus:
         job.global_batch = job.micro_batch * (job.grad_accum or 1) * gpus
         job.parallel.setdefault("dp", gpus)

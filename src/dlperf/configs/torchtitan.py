@@ -64,6 +64,7 @@ def read(doc: dict, path: str, gpus: int | None) -> Job:
         job.global_batch = job.micro_batch * job.parallel["dp"]
     job.options.setdefault("precision", "amp-bf16")  # torchtitan's default param dtype
     job.options.setdefault("reduce_dtype", "fp32")
+    job.options.setdefault("clip_grad", True)  # torchtitan's max_norm defaults to 1.0
     return job
 
 
@@ -103,6 +104,8 @@ def _field(job: Job, name: str, value, path: str) -> None:  # noqa: C901 - one t
         job.mapped(path, name, value, PRECISION, "precision", note=note)
     elif name == "training.mixed_precision_reduce":
         job.mapped(path, name, value, REDUCE, "reduce_dtype")
+    elif name == "training.max_norm":
+        job.clip_grad(name, value)
     elif name == "training.compile":  # older torchtitan: compile under [training]
         _compile(job, name, value)
     elif name.startswith("training.") or name.startswith("parallelism."):
@@ -128,7 +131,6 @@ def _field(job: Job, name: str, value, path: str) -> None:  # noqa: C901 - one t
 def _known_ignored(job: Job, name: str, value) -> None:
     reasons = {
         "training.steps": "the run's length, not a step",
-        "training.max_norm": "gradient clipping: a few reductions per step, not priced",
         "training.dataset": NOT_PRICED,
         "training.dataset_path": NOT_PRICED,
         "training.seed": NOT_PRICED,
