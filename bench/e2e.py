@@ -40,7 +40,9 @@ How each published model is written in dlperf's terms:
   gradient clipping (`--clip-grad`); one version of it defaults to
   `attn_impl: triton`, where the rows say flash: dlperf's `triton` prices the
   same rows within 3 points of `flash1` (125m +16.8% against +14.6%).
-- ResNet-50 v1.5 is torchvision's resnet50 (stride 2 in the 3x3 conv).
+- ResNet-50 v1.5 is torchvision's resnet50 (stride 2 in the 3x3 conv); its AMP
+  runs are channels-last (`--channels-last`), as the recipe's configs.yml
+  sets `memory_format: nhwc` for DGX-1V AMP (FP32 keeps NCHW).
 - BERT-large ran Hugging Face's eager attention in 2023 (`--attention eager`),
   under the Trainer, which clips the gradients' norm every step by default
   (`--clip-grad`), on a PyTorch that loaded every CUDA kernel up front
@@ -172,6 +174,9 @@ def case_of(row: dict) -> Case:
         options["reduce_dtype"] = "bf16"  # FSDP's PURE mixed precision reduces in bf16
     elif description.startswith("ResNet-50"):
         model, seq_len = "torchvision:resnet50", None
+        if options["precision"] != "fp32":
+            # configs.yml of the recipe: DGX1V AMP runs `memory_format: nhwc`
+            options["channels_last"] = True
     elif description.startswith("bert-large"):
         model = "hf:bert-large-uncased:head=sequence-classification,num_labels=2"
         options["attention"] = "eager"  # Hugging Face BERT had no SDPA path then

@@ -320,6 +320,7 @@ def test_model_options_feed_keywords_the_api_takes():
                 "reduce_dtype",
                 "sparsity",
                 "clip_grad",
+                "channels_last",
             ),
         ),
     ]:

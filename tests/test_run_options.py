@@ -164,6 +164,27 @@ def test_clip_grad_norm_reads_every_gradient_twice_and_writes_it_once(capsys):
         assert len(err.strip().splitlines()) == 1 and "--clip-grad" in err
 
 
+def test_channels_last_runs_the_convolutions_nhwc_on_a_copy():
+    import torchvision
+
+    from dlperf.models import build_without_weights
+
+    model = build_without_weights(torchvision.models.resnet18)
+    x = torch.zeros(8, 3, 64, 64, device="meta")
+    kw = dict(gpu="v100-sxm2-16gb", precision="amp-fp16", optimizer="sgd-momentum")
+    nchw = dlperf.analyze(model, x, **kw)
+    nhwc = dlperf.analyze(model, x, channels_last=True, **kw)
+    convs = [r for r in nhwc.rows if r.op.startswith("aten.convolution")]
+    assert convs and {r.layout for r in convs} == {"NHWC"}
+    assert {r.layout for r in nchw.rows if r.op.startswith("aten.convolution")} == {"NCHW"}
+    # no Tensor Core transposes on the way in and out: the step is faster
+    assert nhwc.time_s < nchw.time_s
+    # the caller's model and inputs keep their layout
+    assert model.conv1.weight.is_contiguous() and x.is_contiguous()
+    with pytest.raises(dlperf.DlperfError, match="4-D image tensors"):
+        resolve(TINY, gpu="a100", channels_last=True)
+
+
 class _Row:
     def __init__(self, time_s, phase="forward", host_sync=False):
         self.time_s, self.phase, self.host_sync = time_s, phase, host_sync

@@ -47,6 +47,7 @@ def analyze(
     reduce_dtype: str | None = None,
     sparsity: str | None = None,
     clip_grad: bool = False,
+    channels_last: bool = False,
 ) -> Analysis:
     """Predict every op of one training (or inference) step of `model` on `gpu`.
 
@@ -82,6 +83,7 @@ def analyze(
         loss=loss,
         sparsity=sparsity,
         clip_grad=clip_grad,
+        channels_last=channels_last,
     )
     return (session or Session()).analysis(run, progress)
 
@@ -105,6 +107,7 @@ def memory(
     reduce_dtype: str | None = None,
     sparsity: str | None = None,
     clip_grad: bool = False,
+    channels_last: bool = False,
 ):
     """Memory of one training step per GPU: weights, gradients, optimizer
     states, saved activations (by module), transients, overhead, and the peak.
@@ -133,6 +136,7 @@ def memory(
         loss=loss,
         sparsity=sparsity,
         clip_grad=clip_grad,
+        channels_last=channels_last,
     )
     return memory_report(run, session or Session(), run.checkpoint, accumulate, fit)
 
@@ -167,6 +171,7 @@ def plan(
     reduce_dtype: str | None = None,
     sparsity: str | None = None,
     clip_grad: bool = False,
+    channels_last: bool = False,
 ):
     """Price and rank parallel plans of `model` on `gpus` GPUs: memory per GPU,
     compute, collectives (bytes, time, exposed time), step time, throughput
@@ -210,6 +215,7 @@ def plan(
         reduce_dtype=reduce_dtype,
         sparsity=sparsity,
         clip_grad=clip_grad,
+        channels_last=channels_last,
     )
     return plan_report(
         run,

@@ -131,6 +131,7 @@ def resolve(
     reduce_dtype: str | None = None,
     sparsity: str | None = None,
     clip_grad: bool = False,
+    channels_last: bool = False,
 ) -> Run:
     """The one place where a model name, input shapes, a GPU name and a
     precision name become values; every verb calls it (see `resolve_model`
@@ -162,6 +163,8 @@ def resolve(
             "--clip-grad clips a training step's gradients; --infer has none: drop it"
         )
     loaded = resolve_model(model, inputs, batch, seq_len, attention)
+    if channels_last:
+        loaded = _in_channels_last(loaded)
     _refuse_idle_checkpoint(loaded, checkpoint)
     return Run(
         loaded,
@@ -199,6 +202,27 @@ def _refuse_ineffective(
         raise DlperfError(f"--loss {loss} is a training step's loss; --infer has none: drop it")
     if cuda_graphs and spec.kind == "cpu":  # a CPU spec file, or a CPU's spec given
         raise _no_cuda_graphs()
+
+
+def _in_channels_last(loaded: LoadedModel) -> LoadedModel:
+    """A copy of the model and its inputs laid out NHWC (`--channels-last`), as
+    `model.to(memory_format=torch.channels_last)` runs it; the caller's model
+    and tensors are not changed."""
+    from .advice.fixes import channels_last
+
+    def image(x) -> bool:
+        if isinstance(x, torch.Tensor):
+            return x.dim() == 4
+        values = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()
+        return any(image(v) for v in values)
+
+    if not image(loaded.inputs):
+        raise DlperfError(
+            "--channels-last lays out 4-D image tensors (NHWC); this model's inputs have none: "
+            "drop it"
+        )
+    module, inputs = channels_last(loaded.module, loaded.inputs)
+    return dataclasses.replace(loaded, module=module, inputs=inputs)
 
 
 def _refuse_idle_checkpoint(loaded: LoadedModel, checkpoint: str) -> None:

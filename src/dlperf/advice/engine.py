@@ -89,6 +89,7 @@ def advise(
     reduce_dtype: str | None = None,
     sparsity: str | None = None,
     clip_grad: bool = False,
+    channels_last: bool = False,
 ) -> Advice:
     refuse_reduce_dtype(reduce_dtype)  # one GPU's step: no gradient reduction
     ctx = _context(
@@ -108,6 +109,7 @@ def advise(
         loss=loss,
         sparsity=sparsity,
         clip_grad=clip_grad,
+        channels_last=channels_last,
     )
     findings = run_rules(ctx, rules)
     known = load_rules()

@@ -384,6 +384,7 @@ _RUN_WAYS = {
     "reduce_dtype": None,
     "sparsity": None,
     "clip_grad": False,
+    "channels_last": False,
 }
 
 

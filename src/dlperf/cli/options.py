@@ -242,6 +242,13 @@ MODEL_OPTIONS = (
         help="price the step as torch.compile runs it (fused element-wise chains)",
     ),
     option(
+        "--channels-last",
+        api="channels_last",
+        action="store_true",
+        help="the model and its image inputs run NHWC (model.to(memory_format="
+        "torch.channels_last)), as NVIDIA's AMP recipes train CNNs",
+    ),
+    option(
         "--clip-grad",
         api="clip_grad",
         action="store_true",
