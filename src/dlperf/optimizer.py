@@ -291,6 +291,15 @@ def step_traffic(name: str, params: int, shapes: list[tuple[int, ...]], word: in
     return mr + vr, mw + vw
 
 
+def _step_event(op: str, **info) -> OpEvent:
+    """An event of the optimizer phase (no tensors traced: it is costed from the
+    parameters)."""
+    return OpEvent(
+        op=op, args=(), kwargs={}, outputs=(), module="(optimizer)", phase=Phase.OPTIMIZER,
+        info=info,
+    )  # fmt: skip
+
+
 def optimizer_cost(trace: Trace, name: str, spec=None) -> tuple[OpEvent, Costed]:
     """The step of optimizer `name` over the trace's parameters on `spec`
     (None: a CUDA GPU of Volta or later), as one event and its cost."""
@@ -299,14 +308,8 @@ def optimizer_cost(trace: Trace, name: str, spec=None) -> tuple[OpEvent, Costed]
     n = trace.trainable_params
     read, written = step_traffic(name, n, trace.param_shapes, word)
     kernels, host_ops = step_launches(name, trace.param_shapes, spec) if n else (0, 0)
-    event = OpEvent(
-        op=f"optimizer.{name}",
-        args=(),
-        kwargs={},
-        outputs=(),
-        module="(optimizer)",
-        phase=Phase.OPTIMIZER,
-        info={"params": n, "host_ops": host_ops, "style": _style_on(opt, spec)},
+    event = _step_event(
+        f"optimizer.{name}", params=n, host_ops=host_ops, style=_style_on(opt, spec)
     )
     cost = Cost(
         flops=opt.flops_per_param * n, bytes_read=read, bytes_written=written, kernels=kernels
@@ -331,15 +334,7 @@ def grad_scaler_cost(trace: Trace) -> tuple[OpEvent, Costed]:
     grad = trace.precision.grad_bytes
     numels = [math.prod(s) for s in trace.param_shapes]
     kernels = multi_tensor_launches(numels, depth=1) + 1  # + _amp_update_scale_
-    event = OpEvent(
-        op="amp.grad_scaler",
-        args=(),
-        kwargs={},
-        outputs=(),
-        module="(optimizer)",
-        phase=Phase.OPTIMIZER,
-        info={"params": n, "host_ops": 3, "host_sync": True},
-    )
+    event = _step_event("amp.grad_scaler", params=n, host_ops=3, host_sync=True)
     cost = Cost(flops=2 * n, bytes_read=n * grad, bytes_written=n * grad, kernels=kernels)
     return event, Costed(cost, Category.OTHER, "optimizer")
 
@@ -379,15 +374,7 @@ def clip_grad_cost(trace: Trace, spec=None) -> tuple[OpEvent, Costed]:
     else:  # _foreach_norm (and its per-tensor finishing kernel), _foreach_mul_
         launches = multi_tensor_launches(numels, depth=1)
         kernels, host_ops = 2 * launches + 1 + _CLIP_SCALARS, 2 + _CLIP_SCALARS
-    event = OpEvent(
-        op="clip_grad_norm",
-        args=(),
-        kwargs={},
-        outputs=(),
-        module="(optimizer)",
-        phase=Phase.OPTIMIZER,
-        info={"params": n, "host_ops": host_ops if n else 0, "style": style},
-    )
+    event = _step_event("clip_grad_norm", params=n, host_ops=host_ops if n else 0, style=style)
     cost = Cost(
         flops=3 * n, bytes_read=2 * n * grad, bytes_written=n * grad, kernels=kernels if n else 0
     )
