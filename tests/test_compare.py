@@ -363,3 +363,19 @@ def test_compare_says_when_the_run_had_other_shapes_or_none(predicted, tmp_path)
     write_trace(bare, predicted.rows, true_us, shapes=False)
     c = dlperf.compare(mlp(), bare, inputs=torch.empty(64, 256), precision="fp32")
     assert c.notes and "no input shapes" in c.notes[0]
+
+
+def test_the_optimizer_phase_is_one_row_with_clipping(tmp_path):
+    # the update and clip_grad_norm_ are both optimizer-phase calls in a trace
+    # (multi-tensor ops): one compared row holds them, predicted and measured
+    x = torch.empty(64, 256)
+    clipped = dlperf.analyze(mlp(), x, gpu="a100-sxm4-80gb", precision="fp32", clip_grad=True)
+    phase = [r for r in clipped.rows if r.phase == "optimizer"]
+    assert [r.op for r in phase] == ["clip_grad_norm", "optimizer.adamw"]
+    path = tmp_path / "run.json.gz"
+    write_trace(path, clipped.rows, true_us, steps=2)
+    c = dlperf.compare(mlp(), path, inputs=x, precision="fp32", clip_grad=True)
+    assert len(c.rows) == len(clipped.rows) - 1 and not c.unmatched_rows
+    (step,) = [r for r in c.rows if r.phase == "optimizer"]
+    assert step.predicted_s == pytest.approx(sum(r.time_s for r in phase))
+    assert step.measured_s == pytest.approx(sum(true_us(r) for r in phase) * 1e-6)

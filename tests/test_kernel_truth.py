@@ -216,12 +216,18 @@ def test_flash1_is_flash_attention_1_where_flash_attn_1_built_it():
     assert fused_terms(A100, _shape(), "flash1").math_s == pytest.approx(fa2 * 2, rel=0.01)
     # flash-attn 1.x: sm75 (fp16) to sm90, head sizes multiples of 8 up to 128, no masks
     fp16 = {"dtype": "fp16", "math_dtype": "fp16"}
-    assert choose_backend(dlperf.gpu("t4"), _shape(**fp16), "flash1")[0] == "flash1"
+    small = _shape(**fp16, head_dim=64, value_dim=64)
+    assert choose_backend(dlperf.gpu("t4"), small, "flash1")[0] == "flash1"
+    inference = _shape(needs_grad=False)
+    assert choose_backend(dlperf.gpu("l4"), inference, "flash1")[0] == "flash1"
     for spec, changes, why in (
         (dlperf.gpu("v100"), fp16, "sm75 to sm90"),
         (dlperf.gpu("t4"), {}, "bf16 on sm80"),
         (A100, {"head_dim": 256, "value_dim": 256}, "multiples of 8"),
         (A100, {"mask": "padding"}, "no attention mask"),
+        (A100, {"kv_heads": 4}, "grouped-query"),
+        # head size 128 trains on sm80/sm90 only; an L4 (sm89) runs its forward alone
+        (dlperf.gpu("l4"), {}, "above head size 64"),
     ):
         with pytest.raises(DlperfError, match=why):
             choose_backend(spec, _shape(**changes), "flash1")

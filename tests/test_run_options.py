@@ -155,8 +155,13 @@ def test_clip_grad_norm_reads_every_gradient_twice_and_writes_it_once(capsys):
     tensors = len([s for s in trace.param_shapes if s])
     event, costed = clip_grad_cost(trace, dlperf.gpu("a100", torch_version="2.4"))
     assert (costed.cost.kernels, event.info["host_ops"]) == (2 + 1 + 5, 2 + 5)
-    event, costed = clip_grad_cost(trace, dlperf.gpu("a100", torch_version="1.12"))
+    old = dlperf.gpu("a100", torch_version="1.12")
+    event, costed = clip_grad_cost(trace, old)
     assert costed.cost.kernels == event.info["host_ops"] == 2 * tensors + 5
+    # torch.optim's AdamW likewise: its 8 passes as foreach ops from 2.0, per tensor before
+    update = session.analysis(resolve(TINY, gpu=old, precision="amp-bf16", batch=2, seq_len=32))
+    (step,) = [r for r in update.rows if r.op == "optimizer.adamw"]
+    assert step.kernels == step.host_ops == 8 * tensors
     # an inference pass has no gradients to clip; measure runs the step as written
     for argv in (["analyze", TINY, "--infer"], ["measure", TINY]):
         assert main([*argv, "--clip-grad"]) == 2
@@ -218,3 +223,21 @@ def test_seq_len_resizes_a_model_files_token_inputs():
         run = resolve(path, gpu="a100", batch=2, seq_len=seq)
         assert tuple(run.inputs[0].shape if isinstance(run.inputs, tuple) else
                      run.inputs.shape) == (2, seq)  # fmt: skip
+
+
+def test_plan_prices_clipping_and_keeps_channels_last():
+    import torchvision
+
+    from dlperf.models import build_without_weights
+
+    fixed = dict(gpu="a100", gpus=2, micro_batch=2, seq_len=32, dp=2, tp=1, pp=1, sharding="none")
+    plain, clipped = (dlperf.plan(TINY, clip_grad=c, **fixed).plans[0] for c in (False, True))
+    # the same layout, its compute longer by the clipping in the optimizer step
+    assert plain.name == clipped.name and clipped.compute_time_s > plain.compute_time_s
+    model = build_without_weights(torchvision.models.resnet18)
+    x = torch.zeros(32, 3, 224, 224, device="meta")  # large enough for the transposes to show
+    kw = dict(gpu="v100-sxm2-16gb", precision="amp-fp16", optimizer="sgd-momentum", gpus=2)
+    kw |= dict(dp=2, tp=1, pp=1, sharding="none")
+    nchw, nhwc = (dlperf.plan(model, x, channels_last=c, **kw).plans[0] for c in (False, True))
+    # the plan's profile traces NHWC inputs as given: no Tensor Core transposes
+    assert nhwc.compute_time_s < nchw.compute_time_s

@@ -65,6 +65,8 @@ def analyze(
     `reduce_dtype` is refused: one GPU's step reduces no gradients (`plan`).
     `sparsity` "2:4" prunes the linear layers' weights and runs their forward
     and input-gradient GEMMs on the sparse Tensor Cores (`ops/sparse.py`).
+    `clip_grad` adds `clip_grad_norm_` before the optimizer step;
+    `channels_last` traces a copy of the model and its image inputs in NHWC.
     """
     refuse_reduce_dtype(reduce_dtype)
     run = resolve(
@@ -113,8 +115,8 @@ def memory(
     states, saved activations (by module), transients, overhead, and the peak.
 
     `checkpoint` is none, full, selective, selective-op or every:K (over the
-    model's repeated blocks); `attention`, `compile`, `cuda_graphs` and `loss`
-    as for `analyze`; `accumulate` splits the batch into that many micro-batches;
+    model's repeated blocks); `attention`, `compile`, `cuda_graphs`, `loss`,
+    `clip_grad` and `channels_last` as for `analyze`; `accumulate` splits the batch into that many micro-batches;
     `fit` also finds the largest batch (and sequence length) that fits the GPU:
     `max_batch` is 0 when not even one sample fits (None without `fit`).
     """

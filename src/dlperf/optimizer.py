@@ -241,10 +241,10 @@ def multi_tensor_launches(
 
 
 def _style_on(opt: Optimizer, spec) -> str:
-    # torch.optim picks foreach only when every parameter is on CUDA
-    if spec is not None and spec.kind == "cpu" and opt.style == "foreach":
-        return "per-tensor"
-    return opt.style
+    # torch.optim picks foreach only when every parameter is on CUDA, and by
+    # default only from PyTorch 2.0 (before, its loop over the parameters)
+    on_loop = spec is not None and (spec.kind == "cpu" or not _foreach_by_default(spec))
+    return "per-tensor" if opt.style == "foreach" and on_loop else opt.style
 
 
 def step_launches(name: str, shapes: list[tuple[int, ...]], spec=None) -> tuple[int, int]:
@@ -339,20 +339,25 @@ def grad_scaler_cost(trace: Trace) -> tuple[OpEvent, Costed]:
     return event, Costed(cost, Category.OTHER, "optimizer")
 
 
-# torch.nn.utils.clip_grad_norm_ runs its two passes (the norms, the multiply) as
-# one multi-tensor op each from PyTorch 2.0 (`foreach=None` on CUDA and CPU tensors);
-# before, as a Python loop of one op per gradient and pass.
-CLIP_FOREACH_SINCE = (2, 0)
+# torch.optim and torch.nn.utils.clip_grad_norm_ run their passes as one
+# multi-tensor op each by default from PyTorch 2.0; before, as a Python loop of
+# one op per parameter and pass.
+FOREACH_SINCE = (2, 0)
 # The ops between the passes: stack the norms, their norm, + eps, max_norm / it, clamp.
 _CLIP_SCALARS = 5
 
 
-def clip_style(spec=None) -> str:
-    """How `clip_grad_norm_` runs under the spec's PyTorch (`--torch-version`,
-    else the installed one): "foreach" or "per-tensor"."""
+def _foreach_by_default(spec) -> bool:
+    """Whether the spec's PyTorch (`--torch-version`, else the installed one)
+    runs optimizers and clipping as foreach ops unless told otherwise."""
     from .kernels.attention import torch_version
 
-    return "foreach" if torch_version(spec)[:2] >= CLIP_FOREACH_SINCE else "per-tensor"
+    return torch_version(spec)[:2] >= FOREACH_SINCE
+
+
+def clip_style(spec=None) -> str:
+    """How `clip_grad_norm_` runs: "foreach" or "per-tensor" (`_foreach_by_default`)."""
+    return "foreach" if _foreach_by_default(spec) else "per-tensor"
 
 
 def clip_grad_cost(trace: Trace, spec=None) -> tuple[OpEvent, Costed]:

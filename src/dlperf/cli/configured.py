@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import DlperfError
-from .handlers import SIMULATION_FLAGS, SIMULATION_ONLY, plan_gpus
+from .handlers import RUN_WAYS, SIMULATION_FLAGS, SIMULATION_ONLY, plan_gpus
 
 
 def apply_config(args: argparse.Namespace) -> None:
@@ -23,6 +23,10 @@ def apply_config(args: argparse.Namespace) -> None:
             gpus = counts[0] if len(counts) == 1 else None
         job = read_config(path, gpus=gpus)
         values = job.cli_values(args.verb)
+        if args.verb == "measure":  # it runs the model as written: no run options
+            values = {k: v for k, v in values.items() if k not in RUN_WAYS}
+        elif getattr(args, "training", True) is False:  # --infer: no gradients to clip
+            values.pop("clip_grad", None)
         if args.verb == "serve" and not any(getattr(args, k) for k in SIMULATION_FLAGS):
             values = {k: v for k, v in values.items() if k not in SIMULATION_ONLY}
         parser = args.verb_parser

@@ -45,6 +45,8 @@ def cmd_explain_config(args: Namespace) -> None:
 def cmd_gemm(args: Namespace) -> None:
     from ..kernels.gemm import gemm
 
+    if args.cuda_context is not None:
+        raise DlperfError("--cuda-context is memory; gemm prices one kernel's time: drop it")
     spec = device_spec(args)
     result = gemm(args.m, args.n, args.k, dtype=args.dtype, gpu=spec, batch=args.batch)
     show(result, text.gemm_report, args.json)
@@ -375,7 +377,7 @@ def cmd_sweep(args: Namespace) -> None:
 
 # How a run is executed on the GPU, with the value that means "as written":
 # measure runs the model here as written.
-_RUN_WAYS = {
+RUN_WAYS = {
     "attention": "auto",
     "checkpoint": "none",
     "compile": False,
@@ -383,7 +385,7 @@ _RUN_WAYS = {
     "loss": "eager",
     "reduce_dtype": None,
     "sparsity": None,
-    "clip_grad": False,
+    "clip_grad": None,
     "channels_last": False,
 }
 
@@ -391,7 +393,7 @@ _RUN_WAYS = {
 def cmd_measure(args: Namespace) -> None:
     from ..api import measure
 
-    changed = [key for key, written in _RUN_WAYS.items() if getattr(args, key) != written]
+    changed = [key for key, written in RUN_WAYS.items() if getattr(args, key) != written]
     if changed:
         flag = "--" + changed[0].replace("_", "-")
         raise DlperfError(
@@ -401,7 +403,7 @@ def cmd_measure(args: Namespace) -> None:
         writable_file(args.trace_out, "--trace-out")  # before the run
     with Spinner(f"measuring {args.model}", quiet=args.json):
         report = measure(
-            **model_options(args, omit=("optimizer", *_RUN_WAYS)),
+            **model_options(args, omit=("optimizer", *RUN_WAYS)),
             device=args.device,
             steps=args.steps,
             trace_out=args.trace_out,
@@ -417,6 +419,12 @@ def cmd_calibrate(args: Namespace) -> None:
         return _calibrate_trace(args)
     if args.model:
         raise DlperfError("--model describes the run a trace recorded: give --trace beside it")
+    for flag in ("power_limit", "torch_version", "cuda_context"):
+        if getattr(args, flag, None) is not None:
+            name = "--" + flag.replace("_", "-")
+            raise DlperfError(
+                f"{name} configures a predicted GPU; calibrate measures this one: drop it"
+            )
     with Spinner(f"calibrating the {args.device}", quiet=args.json):
         spec = write_spec(calibrate_device(args.device), args.out)
     show(text.calibration_document(spec, args.out), text.calibration_report, args.json)

@@ -251,9 +251,10 @@ MODEL_OPTIONS = (
     option(
         "--clip-grad",
         api="clip_grad",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,  # unset: a --config's framework decides, else no clipping
         help="the step clips the gradients' norm (clip_grad_norm_, as Hugging Face's Trainer, "
-        "torchtitan and Megatron-LM do by default)",
+        "torchtitan and Megatron-LM do by default; --no-clip-grad where a --config clips)",
     ),
     option(
         "--cuda-graphs",
@@ -287,9 +288,9 @@ def device_spec(args: argparse.Namespace):
     given = [flag for flag, value in flags.items() if value is not None]
     if not given:
         return args.gpu
-    if args.gpu is None:  # measure: the device at hand, as it is
+    if args.gpu is None:  # the device at hand (measure), or the one a trace names
         raise DlperfError(
-            f"{given[0]} describes a predicted --gpu; this verb runs the device as it is: drop it"
+            f"{given[0]} configures a predicted --gpu: give --gpu with it, or drop it"
         )
     from ..hardware import gpu
 

@@ -170,6 +170,11 @@ def _flash1_refusal(cc, s: AttentionShape) -> str:
             "FlashAttention-1 needs equal head sizes that are multiples of 8, "
             f"<= {FLASH1_MAX_HEAD_DIM}"
         )
+    if s.kv_heads != s.heads:
+        return "FlashAttention-1 has no grouped-query attention (as many k/v heads as q heads)"
+    backward = s.needs_grad or s.phase == "backward"
+    if backward and s.head_dim > 64 and cc not in ((8, 0), (9, 0)):
+        return f"FlashAttention-1's backward above head size 64 needs sm80 or sm90, not {_sm(cc)}"
     return ""
 
 

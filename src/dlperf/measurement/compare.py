@@ -13,6 +13,7 @@ of its calls, one per step.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -187,9 +188,19 @@ def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
     spec = analysis.spec
     out_rows, unmatched = [], []
     categories = {c: {"predicted_s": 0.0, "measured_s": 0.0} for c in CLASSES}
+    # the optimizer phase's rows (update, unscale, clipping) are one row: the
+    # first takes every optimizer call (`match`) and their predicted sum
+    phase = [r for r in rows if trace_name(r.op) == OPTIMIZER]
+    step_s = sum(r.time_s for r in phase)
+    later = {id(r) for r in phase[1:]}
     for row, mine in zip(rows, taken, strict=True):
         cls = row_class(row)
         categories[cls]["predicted_s"] += row.time_s
+        if id(row) in later:
+            continue
+        layer = layer_of[id(row)]
+        if phase and row is phase[0]:
+            row = dataclasses.replace(row, time_s=step_s)
         if not mine:
             unmatched.append({"module": row.module, "op": row.op, "predicted_s": row.time_s})
             continue
@@ -209,7 +220,7 @@ def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
             CompareRow(
                 row.module, row.op, str(row.phase), cls, str(row.bound), row.shapes,
                 row.flops, row.bytes, row.time_s, measured, len(mine), row.kernels, roof,
-                layer_of[id(row)],
+                layer,
             )
         )  # fmt: skip
     if not out_rows:

@@ -38,14 +38,19 @@ ALIASES = {
     "aten::clamp_min_": "aten::relu_",
     "aten::clamp_min": "aten::relu",
 }
-# One optimizer row stands for every call of the step's optimizer.
+# One optimizer row stands for every call of the step's optimizer phase: the
+# update, GradScaler's unscale and gradient clipping (their multi-tensor calls).
 OPTIMIZER = "(optimizer)"
-_OPTIMIZER_CALLS = re.compile(r"^aten::(_fused_(adamw?|sgd|adagrad)_?|_foreach_\w+)$")
+_OPTIMIZER_CALLS = re.compile(
+    r"^aten::(_fused_(adamw?|sgd|adagrad)_?|_foreach_\w+|_amp_foreach_\w+|_amp_update_scale_)$"
+)
+# The optimizer phase's rows besides the update itself (`optimizer.py`)
+_STEP_ROWS = ("amp.grad_scaler", "clip_grad_norm")
 
 
 def trace_name(row_op: str) -> str:
     """The profiler's name of a predicted row's op: aten.addmm.default -> aten::addmm."""
-    if row_op.startswith("optimizer."):
+    if row_op.startswith("optimizer.") or row_op in _STEP_ROWS:
         return OPTIMIZER
     parts = row_op.split(".")
     if len(parts) >= 2 and parts[0] in ("aten", "dlperf", "prims"):

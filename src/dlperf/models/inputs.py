@@ -68,7 +68,8 @@ def parse_input(text: str) -> torch.Tensor:
 
 def resize_inputs(inputs, batch: int | None = None, seq_len: int | None = None):
     """Meta tensors like `inputs` with dim 0 = batch (and dim 1 = seq_len for
-    integer token tensors), for tracing the same model at another size."""
+    integer token tensors), for tracing the same model at another size, in
+    the same memory format."""
 
     def resize(t):
         if not isinstance(t, torch.Tensor) or t.dim() == 0:
@@ -78,7 +79,14 @@ def resize_inputs(inputs, batch: int | None = None, seq_len: int | None = None):
             shape[0] = batch
         if seq_len and t.dim() >= 2 and not t.is_floating_point():
             shape[1] = seq_len
-        return torch.empty(shape, dtype=t.dtype, device="meta")
+        out = torch.empty(shape, dtype=t.dtype, device="meta")
+        if (
+            t.dim() == 4
+            and not t.is_contiguous()
+            and t.is_contiguous(memory_format=torch.channels_last)
+        ):  # an NHWC image batch stays NHWC (`--channels-last`)
+            out = out.contiguous(memory_format=torch.channels_last)
+        return out
 
     if isinstance(inputs, dict):
         return {k: resize(v) for k, v in inputs.items()}

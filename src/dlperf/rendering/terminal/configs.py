@@ -15,6 +15,20 @@ def _short(value, width: int = 48) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+# Switches the command line can also turn off (`--no-...`); the others are off unless given.
+_NEGATABLE = ("clip_grad", "sequence_parallel")
+
+
+def _flag(key: str, value) -> str:
+    """An option as typed: a switch alone (--compile, --no-clip-grad), others with a value."""
+    flag = key.replace("_", "-")
+    if value is True:
+        return f"--{flag}"
+    if value is False:
+        return f"--no-{flag}" if key in _NEGATABLE else ""
+    return f"--{flag} {value}"
+
+
 def explain_config(job, console: Console | None = None) -> None:
     console = console or wide_console()
     console.print(f"[bold]{escape(job.path)}[/]: a {job.format} config")
@@ -27,7 +41,7 @@ def explain_config(job, console: Console | None = None) -> None:
     if job.global_batch:
         run["global-batch"] = job.global_batch
     run |= job.parallel | job.serving
-    said = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in run.items())
+    said = " ".join(filter(None, (_flag(k, v) for k, v in run.items())))
     console.print(f"dlperf options: {escape(said or '(none)')}")
     table = Table(title="fields")
     table.add_column("field")
