@@ -116,9 +116,10 @@ def memory(
 
     `checkpoint` is none, full, selective, selective-op or every:K (over the
     model's repeated blocks); `attention`, `compile`, `cuda_graphs`, `loss`,
-    `clip_grad` and `channels_last` as for `analyze`; `accumulate` splits the batch into that many micro-batches;
-    `fit` also finds the largest batch (and sequence length) that fits the GPU:
-    `max_batch` is 0 when not even one sample fits (None without `fit`).
+    `clip_grad` and `channels_last` as for `analyze`; `accumulate` splits the
+    batch into that many micro-batches; `fit` also finds the largest batch
+    (and sequence length) that fits the GPU: `max_batch` is 0 when not even
+    one sample fits (None without `fit`).
     """
     from .training_memory import memory_report
 
