@@ -75,6 +75,7 @@ def test_calibration_recovers_the_constants_a_gpu_trace_was_written_with(predict
     assert spec.efficiency.stream_gap_s == pytest.approx(2e-6)
     assert any(k.startswith("scales.attention") for k in c.kept)  # no attention in an MLP
     assert all(r == pytest.approx(0.0, abs=1e-6) for r in c.residuals.values())
+    assert not c.notes  # its steps are alike
     # priced with the class factors alone (the layers' own set aside: they
     # would reproduce any trace), each op takes what the trace measured
     import dataclasses
@@ -379,3 +380,21 @@ def test_the_optimizer_phase_is_one_row_with_clipping(tmp_path):
     (step,) = [r for r in c.rows if r.phase == "optimizer"]
     assert step.predicted_s == pytest.approx(sum(r.time_s for r in phase))
     assert step.measured_s == pytest.approx(sum(true_us(r) for r in phase) * 1e-6)
+
+
+def test_a_disturbed_trace_is_said_to_be_one(predicted, tmp_path, capsys):
+    # one of three steps stretched by half (another process took the machine): the
+    # calibration says so, in the spec file and in what `gpus --spec` shows
+    path = tmp_path / "run.json"
+    write_trace(path, predicted.rows, true_us, steps=3)
+    doc = json.loads(path.read_text())
+    (mark,) = [e for e in doc["traceEvents"] if e.get("name") == "ProfilerStep#1"]
+    mark["dur"] *= 1.5
+    path.write_text(json.dumps(doc))
+    out = tmp_path / "noisy.toml"
+    spec = dlperf.calibrate_trace(path, mlp(), out, inputs=torch.empty(64, 256), precision="fp32")
+    (note,) = spec.calibration.notes
+    assert "3 steps" in note and "50% apart" in note  # (1.5 - 1) / 1: the median is a plain step
+    assert dlperf.gpu(str(out)).calibration.notes == (note,)
+    assert main(["gpus", "--spec", str(out)]) == 0
+    assert "disturbed" in capsys.readouterr().out

@@ -26,7 +26,8 @@ keeps the model and corrects its time per class of kernel:
   is the spec's `stream_gap_s`, overridden in [efficiency].
 
 A class the trace does not show keeps the catalogue's model (scale 1) and is
-listed under `kept`.
+listed under `kept`; `notes` say what the user should know of the trace
+itself (its steps far apart: a disturbed run).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from ..errors import DlperfError
 CLASSES = ("gemm", "attention", "memory-bound")
 FIELDS = (
     "source", "model", "base", "scales", "gemm_exponent", "op_scales", "kernel_extra_s",
-    "host_gap_s", "fitted", "kept", "residuals", "layer_scales",
+    "host_gap_s", "fitted", "kept", "residuals", "layer_scales", "notes",
 )  # fmt: skip
 GEMM_REFERENCE_FLOPS = 1e9
 
@@ -58,6 +59,7 @@ class Calibration:
     kept: tuple[str, ...] = ()
     residuals: dict = field(default_factory=dict)  # class -> |error| after the fit
     layer_scales: dict = field(default_factory=dict)  # layer_key -> factor
+    notes: tuple[str, ...] = ()  # what the user should know of the trace (a noisy run)
 
     def seconds(self, seconds: float, kind: str, flops: float, kernels: int, op: str | None,
                 eager: bool, layer: str | None = None) -> float:  # fmt: skip
@@ -86,6 +88,7 @@ class Calibration:
             "kept": list(self.kept),
             "residuals": dict(self.residuals),
             "layer_scales": dict(self.layer_scales),
+            "notes": list(self.notes),
         }
 
 
@@ -129,7 +132,7 @@ def calibration_from_dict(raw, where: str) -> Calibration:
         scales[kind] = number(f"scales.{kind}", value, 1e-6)
     ops = {op: number(f"op_scales.{op}", v, 1e-6) for op, v in table("op_scales").items()}
     lists = {}
-    for key in ("fitted", "kept"):
+    for key in ("fitted", "kept", "notes"):
         items = raw.get(key, [])
         if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
             raise DlperfError(f"{where}: calibration.{key} must be a list of strings")
@@ -150,6 +153,7 @@ def calibration_from_dict(raw, where: str) -> Calibration:
         lists["kept"],
         residuals,
         layers,
+        lists["notes"],
     )
 
 

@@ -28,6 +28,9 @@ from .kineto import TraceData
 MIN_ROWS = 3  # matched ops a class needs before its scale is fitted
 MIN_OP_SHARE = 0.005  # of the memory-bound time, for an op's own factor
 MIN_GAPS = 20  # back-to-back kernel pairs before the gap is fitted
+# Steps of one trace further apart than this share of their median: a disturbed run
+# (the same step of a quiet GPU repeats within a few per cent)
+NOISY_STEPS = 0.10
 # A factor outside this range says the op was not the one predicted (another
 # kernel, another shape), not that the device runs it so: left unfitted.
 FACTOR_RANGE = (1e-3, 1e3)
@@ -96,8 +99,27 @@ def fit_calibration(analysis, comparison: Comparison, data: TraceData) -> tuple:
         calibration = _replace(calibration, host_gap_s=host)
         fitted.append("host_gap_s")
     residuals = _residuals(rows, calibration, analysis)
+    notes = _step_spread_notes(data)
     return _replace(calibration, fitted=tuple(fitted), kept=tuple(kept),
-                    residuals=residuals), overrides  # fmt: skip
+                    residuals=residuals, notes=notes), overrides  # fmt: skip
+
+
+def _step_spread_notes(data: TraceData) -> tuple[str, ...]:
+    """A note when the trace's profiled steps differ by more than `NOISY_STEPS`
+    of their median: the run was disturbed (another process, a drifting
+    clock), and every factor fitted from it carries that."""
+    spans = [d for _, d in data.step_spans]
+    if len(spans) < 2:
+        return ()
+    median = statistics.median(spans)
+    spread = (max(spans) - min(spans)) / median if median > 0 else 0.0
+    if spread <= NOISY_STEPS:
+        return ()
+    return (
+        f"the trace's {len(spans)} steps ran {min(spans) / 1e3:.1f} to {max(spans) / 1e3:.1f} "
+        f"ms ({spread:.0%} apart): the run was disturbed, and the fit carries it; record "
+        "more steps on a quieter machine",
+    )
 
 
 def _replace(c: Calibration, **changes) -> Calibration:

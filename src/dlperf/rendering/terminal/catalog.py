@@ -98,6 +98,8 @@ def spec_report(spec, console: Console | None = None) -> None:
     console.print(table)
     for why in c.kept:
         console.print(f"kept the catalogue's value: {escape(why)}")
+    for note in c.notes:
+        console.print(f"note: {escape(note)}")
 
 
 def gemm_report(r, console: Console | None = None) -> None:

@@ -154,4 +154,6 @@ def calibration_report(doc: dict) -> None:
         )
         for why in c["kept"]:
             sys.stdout.write(f"kept the catalogue's value: {why}\n")
+        for note in c.get("notes", ()):
+            sys.stdout.write(f"note: {note}\n")
         sys.stdout.write(f"details: dlperf gpus --spec {doc['out']}\n")
