@@ -378,8 +378,21 @@ def test_the_optimizer_phase_is_one_row_with_clipping(tmp_path):
     c = dlperf.compare(mlp(), path, inputs=x, precision="fp32", clip_grad=True)
     assert len(c.rows) == len(clipped.rows) - 1 and not c.unmatched_rows
     (step,) = [r for r in c.rows if r.phase == "optimizer"]
+    assert step.op == "optimizer.adamw"  # the update's row holds the phase
     assert step.predicted_s == pytest.approx(sum(r.time_s for r in phase))
+    assert step.kernels == sum(r.kernels for r in phase)
     assert step.measured_s == pytest.approx(sum(true_us(r) for r in phase) * 1e-6)
+    # and the fit recovers the constants the trace was written with, as without clipping
+    spec = dlperf.calibrate_trace(path, mlp(), tmp_path / "c.toml", inputs=x, precision="fp32",
+                                  clip_grad=True)  # fmt: skip
+    cal = spec.calibration
+    assert cal.scales["gemm"] == pytest.approx(1.3, rel=1e-6)
+    assert cal.scales["memory-bound"] == pytest.approx(0.8, rel=1e-6)
+    assert cal.kernel_extra_s == pytest.approx(3e-6, rel=1e-6)
+    # the phase's factor is each of its rows': repriced, the phase is what was measured
+    again = dlperf.analyze(mlp(), x, gpu=spec, precision="fp32", clip_grad=True)
+    repriced = sum(r.time_s for r in again.rows if r.phase == "optimizer")
+    assert repriced == pytest.approx(step.measured_s, rel=1e-6)
 
 
 def test_a_disturbed_trace_is_said_to_be_one(predicted, tmp_path, capsys):

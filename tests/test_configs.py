@@ -206,3 +206,17 @@ def test_each_framework_says_whether_it_clips_the_gradients(tmp_path):
     absent = tmp_path / "megatron_default.sh"
     absent.write_text(script.replace("--clip-grad 1.0", ""))
     assert read_config(absent, gpus=8).options["clip_grad"] is True
+
+
+def test_an_inference_pass_ignores_a_configs_clipping(capsys):
+    # the Trainer's JSON clips (its default max_grad_norm); --infer has no gradients
+    base = ["analyze", "hf:gpt2:layers=1,n_embd=64,n_head=2", "--gpu", "a100", "--json",
+            "--config", str(EXAMPLES / "hf_training_args.json")]  # fmt: skip
+    assert main([*base, "--infer"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    # and --no-clip-grad turns it off for a training step
+    assert main([*base, "--no-clip-grad"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert not [r for r in doc["ops"] if r["op"] == "clip_grad_norm"]
+    assert main([*base]) == 0  # the config alone clips
+    assert [r for r in json.loads(capsys.readouterr().out)["ops"] if r["op"] == "clip_grad_norm"]

@@ -8,6 +8,10 @@ import argparse
 from ..errors import DlperfError
 from .handlers import RUN_WAYS, SIMULATION_FLAGS, SIMULATION_ONLY, plan_gpus
 
+# What a training config sets that an inference pass has no use for (and refuses
+# when given on the command line): recompute, the loss kernel, clipping.
+TRAINING_ONLY = ("checkpoint", "loss", "clip_grad")
+
 
 def apply_config(args: argparse.Namespace) -> None:
     """Fill the options `--config FILE` sets and the command line left at their
@@ -25,8 +29,8 @@ def apply_config(args: argparse.Namespace) -> None:
         values = job.cli_values(args.verb)
         if args.verb == "measure":  # it runs the model as written: no run options
             values = {k: v for k, v in values.items() if k not in RUN_WAYS}
-        elif getattr(args, "training", True) is False:  # --infer: no gradients to clip
-            values.pop("clip_grad", None)
+        elif getattr(args, "train", True) is False:  # --infer: the config's training only
+            values = {k: v for k, v in values.items() if k not in TRAINING_ONLY}
         if args.verb == "serve" and not any(getattr(args, k) for k in SIMULATION_FLAGS):
             values = {k: v for k, v in values.items() if k not in SIMULATION_ONLY}
         parser = args.verb_parser

@@ -395,7 +395,9 @@ def cmd_measure(args: Namespace) -> None:
 
     changed = [key for key, written in RUN_WAYS.items() if getattr(args, key) != written]
     if changed:
-        flag = "--" + changed[0].replace("_", "-")
+        key = changed[0]
+        no = "no-" if getattr(args, key) is False and RUN_WAYS[key] is None else ""
+        flag = f"--{no}{key.replace('_', '-')}"
         raise DlperfError(
             f"measure runs the model here as written (eager, no checkpointing): drop {flag}"
         )

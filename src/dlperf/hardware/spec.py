@@ -408,7 +408,7 @@ CPU_POWER_LIMIT = "--power-limit applies to GPUs; the CPU's clock is what the pr
 CPU_CUDA_CONTEXT = "--cuda-context describes a GPU's CUDA context; a CPU has none: drop it"
 # "2.5", "2.5.1", and what torch.__version__ prints ("2.14.1+cu130", "2.6.0a0+git1234",
 # a nightly's "2.1.0.dev20230101+cu118").
-TORCH_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:\.?[a-z]+\d*)?(?:\+[\w.]+)?$")
+TORCH_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:\.?(?:a|b|rc|dev|post)\d*)?(?:\+[\w.]+)?$")
 
 
 def parse_torch_version(text: str) -> tuple[int, ...] | None:

@@ -113,6 +113,9 @@ class CompareRow:
     kernels: int  # predicted kernels of the op
     roofline_s: float  # the plain roofline at the device's peak and bandwidth
     layer: str = ""  # its place in the model (`hardware.calibration.layer_keys`)
+    # (op, layer) of the rows merged into this one: the optimizer phase's
+    # unscale and clipping beside its update, each to take its factor
+    merged: tuple = ()
 
     @property
     def ratio(self) -> float:
@@ -188,19 +191,29 @@ def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
     spec = analysis.spec
     out_rows, unmatched = [], []
     categories = {c: {"predicted_s": 0.0, "measured_s": 0.0} for c in CLASSES}
-    # the optimizer phase's rows (update, unscale, clipping) are one row: the
-    # first takes every optimizer call (`match`) and their predicted sum
+    # the optimizer phase's rows (update, unscale, clipping) are one row, the
+    # update's: every optimizer call (`match` gives them to the first) against
+    # the phase's predicted sums
     phase = [r for r in rows if trace_name(r.op) == OPTIMIZER]
-    step_s = sum(r.time_s for r in phase)
-    later = {id(r) for r in phase[1:]}
+    head = next((r for r in phase if r.op.startswith("optimizer.")), phase[0] if phase else None)
+    in_phase = {id(r) for r in phase}
+    if phase:
+        at = {id(r): i for i, r in enumerate(rows)}
+        first, mine_of = at[id(phase[0])], at[id(head)]
+        taken[first], taken[mine_of] = taken[mine_of], taken[first]
     for row, mine in zip(rows, taken, strict=True):
         cls = row_class(row)
         categories[cls]["predicted_s"] += row.time_s
-        if id(row) in later:
+        if id(row) in in_phase and row is not head:
             continue
-        layer = layer_of[id(row)]
-        if phase and row is phase[0]:
-            row = dataclasses.replace(row, time_s=step_s)
+        layer, merged = layer_of[id(row)], ()
+        if row is head:
+            others = [r for r in phase if r is not head]
+            merged = tuple((r.op, layer_of[id(r)]) for r in others)
+            row = dataclasses.replace(
+                row, **{k: sum(getattr(r, k) for r in phase) for k in ("time_s", "flops",
+                                                                      "bytes", "kernels")}
+            )  # fmt: skip
         if not mine:
             unmatched.append({"module": row.module, "op": row.op, "predicted_s": row.time_s})
             continue
@@ -220,7 +233,7 @@ def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
             CompareRow(
                 row.module, row.op, str(row.phase), cls, str(row.bound), row.shapes,
                 row.flops, row.bytes, row.time_s, measured, len(mine), row.kernels, roof,
-                layer,
+                layer, merged,
             )
         )  # fmt: skip
     if not out_rows:

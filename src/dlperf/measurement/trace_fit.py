@@ -72,7 +72,9 @@ def fit_calibration(analysis, comparison: Comparison, data: TraceData) -> tuple:
     for r in rows:
         core = r.measured_s - extra * max(1, r.kernels)
         if core > 0 and _sane(core / r.predicted_s):
-            layers[r.layer] = core / r.predicted_s
+            # a merged row's factor is each of its rows' (the optimizer phase)
+            for layer in (r.layer, *(merged for _, merged in r.merged)):
+                layers[layer] = core / r.predicted_s
     if layers:
         fitted.append(f"layer_scales ({len(layers)} ops of {analysis.model})")
     calibration = Calibration(
@@ -198,7 +200,9 @@ def _op_scales(rows, extra: float) -> dict:
         core = measured - extra * sum(max(1, r.kernels) for r in mine)
         predicted = sum(r.predicted_s for r in mine)
         if core > 0 and predicted > 0 and _sane(core / predicted):
-            out[op] = core / predicted
+            # the rows merged into one (the optimizer phase's) take its factor too
+            for name in {op, *(o for r in mine for o, _ in r.merged)}:
+                out[name] = core / predicted
     return out
 
 
