@@ -15,7 +15,7 @@ from ..rendering import terminal as text
 from ..rendering.output import show
 from ..rendering.progress import Spinner
 from .files import read_interconnect, writable_file, writable_folder, write_interconnect
-from .options import byte_sizes, device_spec, model_options
+from .options import byte_sizes, device_settings, device_spec, model_options
 
 
 def cmd_gpus(args: Namespace) -> None:
@@ -421,12 +421,11 @@ def cmd_calibrate(args: Namespace) -> None:
         return _calibrate_trace(args)
     if args.model:
         raise DlperfError("--model describes the run a trace recorded: give --trace beside it")
-    for flag in ("power_limit", "torch_version", "cuda_context"):
-        if getattr(args, flag, None) is not None:
-            name = "--" + flag.replace("_", "-")
-            raise DlperfError(
-                f"{name} configures a predicted GPU; calibrate measures this one: drop it"
-            )
+    given = device_settings(args)
+    if given:
+        raise DlperfError(
+            f"{next(iter(given))} configures a predicted GPU; calibrate measures this one: drop it"
+        )
     with Spinner(f"calibrating the {args.device}", quiet=args.json):
         spec = write_spec(calibrate_device(args.device), args.out)
     show(text.calibration_document(spec, args.out), text.calibration_report, args.json)

@@ -277,28 +277,30 @@ def model_options(args: argparse.Namespace, omit: tuple[str, ...] = ()) -> dict:
     return found
 
 
+def device_settings(args: argparse.Namespace) -> dict:
+    """The DEVICE_SETTINGS given on the command line: {flag: value}."""
+    flags = (o.flags[0] for o in DEVICE_SETTINGS)
+    found = {flag: getattr(args, flag[2:].replace("-", "_"), None) for flag in flags}
+    return {flag: value for flag, value in found.items() if value is not None}
+
+
 def device_spec(args: argparse.Namespace):
     """--gpu as given, or its spec configured by --power-limit, --torch-version
     and --cuda-context."""
-    flags = {
-        "--power-limit": getattr(args, "power_limit", None),
-        "--torch-version": getattr(args, "torch_version", None),
-        "--cuda-context": getattr(args, "cuda_context", None),
-    }
-    given = [flag for flag, value in flags.items() if value is not None]
+    given = device_settings(args)
     if not given:
         return args.gpu
     if args.gpu is None:  # the device at hand (measure), or the one a trace names
         raise DlperfError(
-            f"{given[0]} configures a predicted --gpu: give --gpu with it, or drop it"
+            f"{next(iter(given))} configures a predicted --gpu: give --gpu with it, or drop it"
         )
     from ..hardware import gpu
 
     return gpu(
         args.gpu,
-        power_limit=flags["--power-limit"],
-        torch_version=flags["--torch-version"],
-        cuda_context_mib=flags["--cuda-context"],
+        power_limit=given.get("--power-limit"),
+        torch_version=given.get("--torch-version"),
+        cuda_context_mib=given.get("--cuda-context"),
     )
 
 

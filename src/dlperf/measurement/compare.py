@@ -22,7 +22,7 @@ from ..errors import DlperfError
 from ..hardware.calibration import layer_keys
 from ..kernels.roofline import roofline_time_s
 from ..kinds import module_at_depth
-from .kineto import Kernel, TraceData, busy_time_us
+from .kineto import Kernel, TraceData, busy_time_us, kernel_spans
 from .trace_match import (
     OPTIMIZER,
     Call,
@@ -30,6 +30,7 @@ from .trace_match import (
     canonical,
     in_steps,
     match,
+    optimizer_head,
     repeats,
     row_key,
     trace_name,
@@ -168,11 +169,16 @@ class Comparison:
         return out
 
 
+def row_layer_keys(analysis) -> list[str]:
+    """Each of the analysis' rows' place in the model, in row order
+    (`hardware.calibration.layer_keys`)."""
+    idents = [(r.module, r.phase, r.op, r.dtype) for r in analysis.rows]
+    return layer_keys(analysis.model, analysis.params, idents)
+
+
 def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
     """`analysis` (a dlperf Analysis of the model as the run ran it) beside `data`."""
-    idents = [(r.module, r.phase, r.op, r.dtype) for r in analysis.rows]
-    keys = layer_keys(analysis.model, analysis.params, idents)
-    layer_of = dict(zip(map(id, analysis.rows), keys, strict=True))
+    layer_of = dict(zip(map(id, analysis.rows), row_layer_keys(analysis), strict=True))
     rows = [r for r in analysis.rows if r.time_s > 0 or r.flops or r.bytes]
     names = {trace_name(r.op) for r in rows}
     calls, orphans = anchored_calls(data, names)
@@ -192,15 +198,11 @@ def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
     out_rows, unmatched = [], []
     categories = {c: {"predicted_s": 0.0, "measured_s": 0.0} for c in CLASSES}
     # the optimizer phase's rows (update, unscale, clipping) are one row, the
-    # update's: every optimizer call (`match` gives them to the first) against
-    # the phase's predicted sums
+    # update's: every optimizer call (`match`) against the phase's predicted sums
     phase = [r for r in rows if trace_name(r.op) == OPTIMIZER]
-    head = next((r for r in phase if r.op.startswith("optimizer.")), phase[0] if phase else None)
+    at = optimizer_head(rows)
+    head = rows[at] if at is not None else None
     in_phase = {id(r) for r in phase}
-    if phase:
-        at = {id(r): i for i, r in enumerate(rows)}
-        first, mine_of = at[id(phase[0])], at[id(head)]
-        taken[first], taken[mine_of] = taken[mine_of], taken[first]
     for row, mine in zip(rows, taken, strict=True):
         cls = row_class(row)
         categories[cls]["predicted_s"] += row.time_s
@@ -380,8 +382,7 @@ def communication_summary(kernels: list[Kernel], spec, steps: int) -> dict:
 
 def _uncovered_us(kernels: list[Kernel], cover: list[Kernel]) -> float:
     """Time of the union of `kernels` that no kernel of `cover` runs beside."""
-    spans = _union([(k.start_us, k.start_us + k.duration_us) for k in kernels])
-    covered = _union([(k.start_us, k.start_us + k.duration_us) for k in cover])
+    spans, covered = kernel_spans(kernels), kernel_spans(cover)
     out, j = 0.0, 0
     for start, end in spans:
         length = end - start
@@ -393,13 +394,3 @@ def _uncovered_us(kernels: list[Kernel], cover: list[Kernel]) -> float:
             i += 1
         out += length
     return out
-
-
-def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    merged: list[list[float]] = []
-    for start, end in sorted(spans):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return [(a, b) for a, b in merged]

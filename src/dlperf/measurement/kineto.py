@@ -186,15 +186,17 @@ def _innermost(ops: list[dict], starts: list[float], ts: float) -> dict | None:
     return None
 
 
+def kernel_spans(kernels: list[Kernel]) -> list[tuple[float, float]]:
+    """The union of the kernels' (start, end) intervals in us: merged, in order."""
+    merged: list[list[float]] = []
+    for start, end in sorted((k.start_us, k.start_us + k.duration_us) for k in kernels):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
 def busy_time_us(kernels: list[Kernel]) -> float:
     """Time at least one kernel runs: the length of the union of kernel intervals."""
-    total, end = 0.0, float("-inf")
-    for k in sorted(kernels, key=lambda k: k.start_us):
-        stop = k.start_us + k.duration_us
-        if k.start_us >= end:
-            total += k.duration_us
-            end = stop
-        elif stop > end:
-            total += stop - end
-            end = stop
-    return total
+    return sum(end - start for start, end in kernel_spans(kernels))

@@ -15,14 +15,15 @@ the gap between kernels queued back to back.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections import defaultdict
 
 import numpy as np
 
-from ..hardware.calibration import CLASSES, GEMM_REFERENCE_FLOPS, Calibration, layer_keys
-from .compare import Comparison
+from ..hardware.calibration import CLASSES, GEMM_REFERENCE_FLOPS, Calibration
+from .compare import Comparison, row_class, row_layer_keys
 from .kineto import TraceData
 
 MIN_ROWS = 3  # matched ops a class needs before its scale is fitted
@@ -98,12 +99,14 @@ def fit_calibration(analysis, comparison: Comparison, data: TraceData) -> tuple:
         kept.append("host_gap_s (a GPU's host overlaps its kernels: the issue model's)")
     else:
         host = _host_gap_s(analysis, calibration, comparison.measured_step_s)
-        calibration = _replace(calibration, host_gap_s=host)
+        calibration = dataclasses.replace(calibration, host_gap_s=host)
         fitted.append("host_gap_s")
     residuals = _residuals(rows, calibration, analysis)
     notes = _step_spread_notes(data)
-    return _replace(calibration, fitted=tuple(fitted), kept=tuple(kept),
-                    residuals=residuals, notes=notes), overrides  # fmt: skip
+    done = dataclasses.replace(
+        calibration, fitted=tuple(fitted), kept=tuple(kept), residuals=residuals, notes=notes
+    )
+    return done, overrides
 
 
 def _step_spread_notes(data: TraceData) -> tuple[str, ...]:
@@ -122,12 +125,6 @@ def _step_spread_notes(data: TraceData) -> tuple[str, ...]:
         f"ms ({spread:.0%} apart): the run was disturbed, and the fit carries it; record "
         "more steps on a quieter machine",
     )
-
-
-def _replace(c: Calibration, **changes) -> Calibration:
-    import dataclasses
-
-    return dataclasses.replace(c, **changes)
 
 
 def _linear_fit(rows, classes: list[str]) -> tuple[dict, float]:
@@ -209,15 +206,12 @@ def _op_scales(rows, extra: float) -> dict:
 def _host_gap_s(analysis, calibration: Calibration, measured_step_s: float) -> float:
     """A CPU step's time beyond its corrected ops, per kernel."""
     kernels = sum(max(1, r.kernels) for r in analysis.rows)
-    idents = [(r.module, r.phase, r.op, r.dtype) for r in analysis.rows]
-    layers = layer_keys(analysis.model, analysis.params, idents)
+    layers = row_layer_keys(analysis)
     priced = sum(_corrected(r, calibration, k) for r, k in zip(analysis.rows, layers, strict=True))
     return max(0.0, measured_step_s - priced) / kernels if kernels else 0.0
 
 
 def _corrected(row, calibration: Calibration, layer: str) -> float:
-    from .compare import row_class
-
     return calibration.seconds(
         row.time_s, row_class(row), row.flops, row.kernels, row.op, eager=True, layer=layer
     )

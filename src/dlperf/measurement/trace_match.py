@@ -48,6 +48,14 @@ _OPTIMIZER_CALLS = re.compile(
 _STEP_ROWS = ("amp.grad_scaler", "clip_grad_norm")
 
 
+def optimizer_head(rows: list) -> int | None:
+    """The row that holds the optimizer phase's calls: the update's
+    (`optimizer.*`), else the phase's first; None without an optimizer phase."""
+    phase = [i for i, r in enumerate(rows) if trace_name(r.op) == OPTIMIZER]
+    update = [i for i in phase if rows[i].op.startswith("optimizer.")]
+    return (update or phase or [None])[0]
+
+
 def trace_name(row_op: str) -> str:
     """The profiler's name of a predicted row's op: aten.addmm.default -> aten::addmm."""
     if row_op.startswith("optimizer.") or row_op in _STEP_ROWS:
@@ -247,18 +255,18 @@ def match(rows: list, calls: list[Call], steps: int) -> tuple[list, list[Call]]:
     marks, within each step: the i-th row of a key takes that step's i-th
     call of it, and a call outside every step is no row's. Without marks,
     with c calls of a key and r rows, row i takes calls i, i + r, i + 2r, ...
-    for as many whole steps as the calls make. The optimizer's row takes
-    every optimizer call. Rows left, and calls left, are then matched by name
-    alone in the same way.
+    for as many whole steps as the calls make. The optimizer phase's row
+    (`optimizer_head`) takes every optimizer call. Rows left, and calls left,
+    are then matched by name alone in the same way.
     """
     taken: list[list[Call]] = [[] for _ in rows]
     marked = any(c.step is not None for c in calls)
     calls_in = [c for c in calls if c.step is not None] if marked else calls
     used: set[int] = set()
-    optimizer = [i for i, r in enumerate(rows) if trace_name(r.op) == OPTIMIZER]
-    for i in optimizer[:1]:
-        taken[i] = [c for c in calls_in if c.name == OPTIMIZER]
-        used.update(id(c) for c in taken[i])
+    head = optimizer_head(rows)
+    if head is not None:
+        taken[head] = [c for c in calls_in if c.name == OPTIMIZER]
+        used.update(id(c) for c in taken[head])
     for keyed in (True, False):
         row_groups, call_groups = defaultdict(list), defaultdict(list)
         for i, r in enumerate(rows):

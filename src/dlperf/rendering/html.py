@@ -19,6 +19,7 @@ from .charts import (  # noqa: F401  (CATEGORY_COLORS, module_pattern, op_groups
 )
 from .modules import module_tree
 from .terminal.analysis import run_lines
+from .terminal.format import relative_error
 
 MAX_ROWS = 200  # rows per table
 
@@ -261,19 +262,11 @@ def _compared(c) -> str:
         "or a named category</p>"
     )
 
-    def error(p: float, m: float) -> str:
-        return f"{(p - m) / m:+.0%}" if m else "-"
+    def beside(entries) -> list[list[str]]:  # (name, predicted s, measured s)
+        return [[name, _ms(p), _ms(m), relative_error(p, m)] for name, p, m in entries]
 
-    categories = [
-        [name, _ms(v["predicted_s"]), _ms(v["measured_s"]),
-         error(v["predicted_s"], v["measured_s"])]
-        for name, v in c.categories.items()
-    ]  # fmt: skip
-    modules = [
-        [m["module"], _ms(m["predicted_s"]), _ms(m["measured_s"]),
-         error(m["predicted_s"], m["measured_s"])]
-        for m in c.modules
-    ]  # fmt: skip
+    categories = beside((k, v["predicted_s"], v["measured_s"]) for k, v in c.categories.items())
+    modules = beside((m["module"], m["predicted_s"], m["measured_s"]) for m in c.modules)
     headers = ["", "predicted", "measured", "error"]
     chart = ""
     if c.rows:

@@ -60,12 +60,17 @@ def wide_console() -> Console:
     return console
 
 
+def relative_error(predicted: float, measured: float) -> str:
+    """The prediction's error against a measurement, as a signed percentage."""
+    return f"{(predicted - measured) / measured:+.0%}" if measured else "-"
+
+
 def beside_table(title: str, label: str, entries) -> Table:
     """Predicted beside measured: `entries` are (name, predicted s, measured s)."""
     table = Table(title=title)
     for col in (label, "predicted", "measured", "error"):
         table.add_column(col, justify="left" if col == label else "right")
     for name, predicted, measured in entries:
-        error = f"{(predicted - measured) / measured:+.0%}" if measured else "-"
+        error = relative_error(predicted, measured)
         table.add_row(escape(str(name)), seconds(predicted), seconds(measured), error)
     return table
