@@ -109,9 +109,11 @@ def one_round(spec):
             f"calibration case: {label}: measured {measured.measured_time_s * 1e3:.1f} ms, "
             f"probe predicts {measured.predicted_time_s * 1e3:.1f} ms"
         )
+        # priced with the optimizer the run stepped (fused AdamW where torch has it)
         calibrated = dlperf.calibrate_trace(
-            trace, model, out, gpu="cpu", precision="fp32", batch=batch, seq_len=seq
-        )
+            trace, model, out, gpu="cpu", precision="fp32", batch=batch, seq_len=seq,
+            optimizer=measured.optimizer,
+        )  # fmt: skip
         c = calibrated.calibration
         scales = ", ".join(f"{k} x{v:.2f}" for k, v in c.scales.items())
         print(
@@ -128,8 +130,9 @@ def one_round(spec):
                 model, device="cpu", precision="fp32", batch=batch, seq_len=seq, gpu=str(out)
             )
             probe = dlperf.analyze(
-                model, gpu=spec, precision="fp32", batch=batch, seq_len=seq
-            ).time_s
+                model, gpu=spec, precision="fp32", batch=batch, seq_len=seq,
+                optimizer=r.optimizer,
+            ).time_s  # fmt: skip
             probe_error = (probe - r.measured_time_s) / r.measured_time_s
             print(
                 f"| {label} | {r.measured_time_s * 1e3:.1f} ms ({r.measured_spread_s * 1e3:.1f})"

@@ -366,6 +366,26 @@ def test_compare_says_when_the_run_had_other_shapes_or_none(predicted, tmp_path)
     assert c.notes and "no input shapes" in c.notes[0]
 
 
+def test_compare_says_when_the_run_optimized_another_way(tmp_path):
+    # `measure` steps torch.optim's fused AdamW where this PyTorch has it: a trace
+    # of it priced as foreach AdamW is told which flag prices it as run
+    x = torch.empty(64, 256)
+    fused = dlperf.analyze(mlp(), x, gpu="a100-sxm4-80gb", precision="fp32",
+                           optimizer="adamw-fused")  # fmt: skip
+    path = tmp_path / "fused.json"
+    write_trace(path, fused.rows, true_us)
+    (note,) = dlperf.compare(mlp(), path, inputs=x, precision="fp32").notes
+    assert "aten::_fused_adamw_" in note and "--optimizer adamw-fused" in note
+    as_run = dlperf.compare(mlp(), path, inputs=x, precision="fp32", optimizer="adamw-fused")
+    assert as_run.notes == []
+    # the other way round: a foreach run priced fused
+    foreach = dlperf.analyze(mlp(), x, gpu="a100-sxm4-80gb", precision="fp32")
+    path = tmp_path / "foreach.json"
+    write_trace(path, foreach.rows, true_us)
+    (note,) = dlperf.compare(mlp(), path, inputs=x, precision="fp32", optimizer="adamw-fused").notes
+    assert "ran unfused ops" in note and "--optimizer adamw" in note
+
+
 def test_the_optimizer_phase_is_one_row_with_clipping(tmp_path):
     # the update and clip_grad_norm_ are both optimizer-phase calls in a trace
     # (multi-tensor ops): one compared row holds them, predicted and measured

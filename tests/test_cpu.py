@@ -72,6 +72,7 @@ def _stub_probes(monkeypatch, asked):
     )
     monkeypatch.setattr(cpu, "_last_level_cache_bytes", lambda: 8 * 2**20)
     monkeypatch.setattr(probe, "call_latency_s", lambda budget_s: 2e-6)
+    monkeypatch.setattr(probe, "first_touch_bytes_per_s", lambda budget_s: 3e9)
     monkeypatch.setattr(probe, "eager_step_s_per_op", lambda budget_s: 12e-6)
     # rates at c/(c + 64) of the 1e11 fp32 peak: 27/91 and 288/352
     points = [(27.0, 1e11 * 27 / 91), (288.0, 1e11 * 288 / 352)]
@@ -93,6 +94,7 @@ def test_probe_document_from_its_parts(monkeypatch):
     assert eff["eager_call_overhead_s"] == pytest.approx(10e-6)
     assert eff["conv_reduction_knee"] == 64.0
     assert eff["llc_streaming_speedup"] == 4.0  # 80 / 20 GB/s
+    assert eff["first_touch_bytes_per_s"] == 3e9
     assert doc["l2_cache_bytes"] == 8 * 2**20 and doc["memory_bandwidth_bytes_per_s"] == 2e10
     assert cpu.spec_from_dict(doc).efficiency.conv_reduction_knee == 64.0
 
@@ -182,3 +184,59 @@ def test_cached_share_of_a_small_op_streams_faster_on_a_cpu():
     assert relu_s(spec(4.0, 2**20)) == pytest.approx(dram_s)
     # an 8 MiB cache holds 1 - 2/8 = 3/4 of the bytes, streamed 4x faster: 1/4 + 3/16 of the time
     assert relu_s(spec(4.0, 8 * 2**20)) == pytest.approx(dram_s * 7 / 16)
+
+
+def test_a_large_new_tensor_pays_for_its_fresh_pages_on_a_cpu_only():
+    import dataclasses
+
+    import torch
+    from torch import nn
+
+    from dlperf.kernels.pricing import CPU_FRESH_PAGES_BYTES
+
+    # 1024 x 16384 fp32 out of the linear layer: 64 MiB, above glibc's 32 MiB mmap threshold
+    model = nn.Linear(1024, 16384, bias=False)
+    x = torch.empty(1024, 1024, device="meta")
+    out_bytes = 1024 * 16384 * 4
+    assert out_bytes >= CPU_FRESH_PAGES_BYTES
+    base = cpu.spec_from_dict(_cpu_doc(eager_call_overhead_s=0.0))
+    faulting = cpu.spec_from_dict(_cpu_doc(eager_call_overhead_s=0.0, first_touch_bytes_per_s=1e9))
+    a = dlperf.analyze(model, x, gpu=base, precision="fp32", training=False)
+    b = dlperf.analyze(model, x, gpu=faulting, precision="fp32", training=False)
+    (ra,), (rb,) = a.rows, b.rows
+    assert rb.time_s - ra.time_s == pytest.approx(out_bytes / 1e9)  # 67.1 ms at 1 GB/s
+    # a small output (1024 x 1024: 4 MiB) comes from malloc's heap: no fault
+    small = nn.Linear(1024, 1024, bias=False)
+    c = dlperf.analyze(small, x, gpu=base, precision="fp32", training=False)
+    d = dlperf.analyze(small, x, gpu=faulting, precision="fp32", training=False)
+    assert [r.time_s for r in c.rows] == [r.time_s for r in d.rows]
+    # a GPU's caching allocator reuses its blocks: the rate never reaches it
+    gpu = dlperf.gpu("a100")
+    eff = dataclasses.replace(gpu.efficiency, first_touch_bytes_per_s=1e9)
+    e = dlperf.analyze(model, x, gpu=gpu, precision="fp32", training=False)
+    f = dlperf.analyze(model, x, gpu=dataclasses.replace(gpu, efficiency=eff), precision="fp32",
+                       training=False)  # fmt: skip
+    assert [r.time_s for r in e.rows] == [r.time_s for r in f.rows]
+
+
+def test_fresh_pages_are_new_storages_only():
+    import torch
+
+    from dlperf.analysis import _fresh_page_bytes
+    from dlperf.tracing.events import OpEvent, TensorMeta
+
+    big = TensorMeta((2**24,), torch.float32, (1,))  # 64 MiB
+    small = TensorMeta((2**20,), torch.float32, (1,))  # 4 MiB
+
+    def op(reads, writes, out):
+        return OpEvent("aten.x.default", (), {}, out, "", "forward", reads=reads, writes=writes)
+
+    events = [
+        op((1,), (2,), (big,)),  # a new 64 MiB tensor: fresh
+        op((2,), (2,), (big,)),  # in place into it: not
+        op((2,), (2,), (big,)),  # a view of it (its storage): not
+        op((2,), (3,), (small,)),  # new but under the threshold: not
+        op((3,), (2,), (big,)),  # an earlier storage written again: not
+        op((2,), (4, 5), (big, big)),  # two new ones
+    ]
+    assert _fresh_page_bytes(events) == [2**26, 0, 0, 0, 0, 2 * 2**26]

@@ -16,6 +16,7 @@ from dlperf.errors import DlperfError
 from dlperf.hardware import cpu, load_spec_file
 from dlperf.hardware.spec import spec_from_dict
 from dlperf.measurement.calibrate import fit_saturation, to_toml
+from dlperf.measurement.run import adamw_as_run
 from tests.fake_cpu import fake_cpu_doc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,19 +193,26 @@ def test_measure_writes_a_trace_that_compare_and_calibrate_read(cached_cpu, tmp_
     """End to end on this CPU: a real run's profiler trace, compared and fitted."""
     x = torch.empty(4, 3, 16, 16, device="meta")
     trace = tmp_path / "run.json.gz"
-    dlperf.measure(small_cnn(), x, device="cpu", training=True, steps=2, trace_out=trace)
-    c = dlperf.compare(small_cnn(), trace, inputs=x, precision="fp32")
+    r = dlperf.measure(small_cnn(), x, device="cpu", training=True, steps=2, trace_out=trace)
+    # the run steps fused AdamW where this PyTorch has it, and is priced so
+    assert r.optimizer == adamw_as_run("cpu")
+    ran = {"optimizer": r.optimizer}
+    c = dlperf.compare(small_cnn(), trace, inputs=x, precision="fp32", **ran)
+    assert c.notes == []
+    if r.optimizer == "adamw-fused":  # priced as torch.optim's default, the note says so
+        (note,) = dlperf.compare(small_cnn(), trace, inputs=x, precision="fp32").notes
+        assert "--optimizer adamw-fused" in note
     assert c.gpu == "cpu" and c.steps == 2  # a trace without kernels is the CPU's
     contractions = [r for r in c.rows if r.category == "gemm"]
     assert len(contractions) == 7  # as measure matches them, above
     assert all(r.measured_s > 0 for r in c.rows)
     assert c.mapped_share == pytest.approx(1.0)  # a CPU step is ops or the host between them
     out = tmp_path / "cpu.toml"
-    spec = dlperf.calibrate_trace(trace, small_cnn(), out, inputs=x, precision="fp32")
+    spec = dlperf.calibrate_trace(trace, small_cnn(), out, inputs=x, precision="fp32", **ran)
     assert spec.kind == "cpu" and spec.calibration.source == str(trace)
     assert "host_gap_s" in spec.calibration.fitted
     # the calibrated spec prices the run it was fitted on at the trace's own step
-    step = dlperf.analyze(small_cnn(), x, gpu=str(out), precision="fp32").time_s
+    step = dlperf.analyze(small_cnn(), x, gpu=str(out), precision="fp32", **ran).time_s
     assert step == pytest.approx(c.measured_step_s, rel=0.02)
     assert main(["gpus", "--spec", str(out)]) == 0
     assert "host_gap_s" in capsys.readouterr().out

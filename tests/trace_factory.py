@@ -15,14 +15,21 @@ import json
 from dlperf.measurement.trace_match import OPTIMIZER, trace_name
 
 PROFILER_NAMES = {
-    OPTIMIZER: "aten::_fused_adamw_",
     "dlperf::attention": "aten::scaled_dot_product_attention",
     "dlperf::attention_backward": "aten::_scaled_dot_product_flash_attention_backward",
+}
+# The optimizer phase's rows as torch.optim's multi-tensor ops name them
+OPTIMIZER_NAMES = {
+    "optimizer.adamw-fused": "aten::_fused_adamw_",
+    "clip_grad_norm": "aten::_foreach_norm",
+    "amp.grad_scaler": "aten::_amp_foreach_non_finite_check_and_unscale_",
 }
 
 
 def profiler_name(row) -> str:
     name = trace_name(row.op)
+    if name == OPTIMIZER:  # another update: foreach Adam's moment update
+        return OPTIMIZER_NAMES.get(row.op, "aten::_foreach_lerp_")
     return PROFILER_NAMES.get(name, name)
 
 

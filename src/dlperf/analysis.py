@@ -21,7 +21,7 @@ from .hardware import HardwareSpec
 from .hardware.calibration import layer_keys
 from .kernels.host import HostTimeline, issue_timeline
 from .kernels.losses import Loss
-from .kernels.pricing import GemmRow, GemmTimer, Timing, time
+from .kernels.pricing import CPU_FRESH_PAGES_BYTES, GemmRow, GemmTimer, Timing, time
 from .kernels.roofline import arithmetic_intensity
 from .kinds import Bound, Category, LossKind, Phase
 from .ops import CATEGORIES, Cost, CostContext, Costed, costed, fallback
@@ -388,14 +388,36 @@ def _rows(
             for (event, _), dtype in zip(priced, dtypes, strict=True)
         ]
         layers = layer_keys(model_name, params, idents)
-    for (event, found), tensors, dtype, layer in zip(priced, inputs, dtypes, layers, strict=True):
-        timing = time(found.cost, spec, dtype, timer, op=event.op, layer=layer)
+    fresh = _fresh_page_bytes([event for event, _ in priced]) if spec.kind == "cpu" else None
+    for i, ((event, found), tensors, dtype, layer) in enumerate(
+        zip(priced, inputs, dtypes, layers, strict=True)
+    ):
+        touch = fresh[i] if fresh else 0
+        timing = time(found.cost, spec, dtype, timer, op=event.op, layer=layer, fresh_bytes=touch)
         row = op_row(event, tensors, found, timing, dtype, event.op not in unsupported)
         if event.info:
             row.host_ops = event.info.get("host_ops", 1)
             row.host_sync = event.info.get("host_sync", False)
         rows.append(row)
     return rows
+
+
+def _fresh_page_bytes(events: list) -> list[int]:
+    """Per event, the bytes of its outputs that a CPU allocates as fresh pages:
+    new storages (not one it read or an earlier op made: no view, no in-place
+    write, no recompute of a saved tensor) of `CPU_FRESH_PAGES_BYTES` and up."""
+    seen: set[int] = set()
+    out = []
+    for event in events:
+        fresh = 0
+        for meta, storage in zip(event.outputs, event.writes, strict=False):
+            new = storage not in seen and storage not in event.reads
+            if new and meta.nbytes >= CPU_FRESH_PAGES_BYTES:
+                fresh += meta.nbytes
+        seen.update(event.reads)
+        seen.update(event.writes)
+        out.append(fresh)
+    return out
 
 
 def _costed(trace: Trace, checkpoint: str) -> tuple[list[tuple], Counter]:

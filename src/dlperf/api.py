@@ -373,8 +373,12 @@ def measure(
             raise DlperfError("this GPU is not in the catalogue; run `dlperf calibrate` first")
         spec = get_gpu(found)
     policy = resolve_for(spec, precision)
+    from .measurement.run import adamw_as_run
+
+    # priced as the step runs it: fused AdamW where this PyTorch has it
+    optimizer = adamw_as_run(device)
     predicted = analyze(
-        module, inputs, gpu=spec, precision=policy, training=training, optimizer="adamw"
+        module, inputs, gpu=spec, precision=policy, training=training, optimizer=optimizer
     )
     # A model named or built without weights runs with real, initialised ones:
     # rebuilt by its loader, since a meta model's custom parameters have no

@@ -247,6 +247,11 @@ def _style_on(opt: Optimizer, spec) -> str:
     return "per-tensor" if opt.style == "foreach" and on_loop else opt.style
 
 
+def step_style(name: str, spec=None) -> str:
+    """How optimizer `name` runs on `spec`: "fused", "foreach" or "per-tensor"."""
+    return _style_on(get_optimizer(name), spec)
+
+
 def step_launches(name: str, shapes: list[tuple[int, ...]], spec=None) -> tuple[int, int]:
     """(kernels, framework calls) of one step of optimizer `name` over
     parameters of `shapes` on `spec` (None: a CUDA GPU of Volta or later)."""

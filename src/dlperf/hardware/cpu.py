@@ -1,7 +1,8 @@
 """The CPU as a device: probe it once, cache the result, build a spec.
 
 The probe measures what this machine achieves (matmul FLOP/s per dtype, a
-streaming add's bandwidth, the cost of one tiny call, the host's cost per op
+streaming add's bandwidth, the rate the OS hands out fresh pages for a large
+new tensor, the cost of one tiny call, the host's cost per op
 of an eager training step, how convolutions fall short of the matmul rate);
 the spec's rate efficiencies are therefore 1. It keeps to a time budget
 (PROBE_BUDGET_S, seconds) and says what it measures on stderr. The result is
@@ -30,7 +31,8 @@ from pathlib import Path
 from ..errors import DlperfError
 from .spec import HardwareSpec, spec_from_dict
 
-PROBE_VERSION = 4  # 4: the cache keeps when, under what load, and a quick matmul's rate
+# 4: the cache keeps when, under what load, and a quick matmul's rate; 5: fresh pages' rate
+PROBE_VERSION = 5
 QUICK_SIZE = 256  # the matmul measured on each use
 QUICK_BUDGET_S = 0.1
 QUICK_TOLERANCE = 1.3  # a rate off by more than this factor disagrees
@@ -84,9 +86,10 @@ _SHARES = {
     "fp64": 0.1,
     "bf16": 0.1,
     "stream": 0.1,
+    "touch": 0.03,
     "latency": 0.05,
     "eager": 0.15,
-    "conv": 0.25,
+    "conv": 0.22,
 }
 
 
@@ -156,6 +159,8 @@ def probe_cpu(budget_s: float | None = None, progress=None) -> dict:
     cached = probe.stream_bandwidth_bytes_per_s(llc // 12, budget_s=share)
     speedup = max(1.0, cached / bandwidth)
     say(f"  streaming add: {bandwidth / 1e9:.1f} GB/s, {cached / 1e9:.1f} GB/s in cache")
+    touch = probe.first_touch_bytes_per_s(budget_s=budget * _SHARES["touch"])
+    say(f"  fresh pages of a large new tensor: {touch / 1e9:.1f} GB/s")
     latency = probe.call_latency_s(budget_s=budget * _SHARES["latency"])
     per_op = probe.eager_step_s_per_op(budget_s=budget * _SHARES["eager"])
     # a recorded op pays its kernel's latency in the model already; the rest is the host's
@@ -183,6 +188,7 @@ def probe_cpu(budget_s: float | None = None, progress=None) -> dict:
             "eager_call_overhead_s": eager,
             "conv_reduction_knee": knee,
             "llc_streaming_speedup": speedup,
+            "first_touch_bytes_per_s": touch,
         },
         "probe": {"taken_at": time.time(), "load_per_core": load, "quick_flops_per_s": quick},
     }

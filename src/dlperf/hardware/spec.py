@@ -120,6 +120,10 @@ class Efficiency:
     # the last-level cache (`l2_cache_bytes`); a CPU kernel of b bytes finds a share
     # 1 - b/cache of them there (data its producers just wrote). 1: no gain.
     llc_streaming_speedup: float
+    # Bytes per second a CPU's OS faults in and zeroes for a freshly allocated
+    # large tensor (`pricing.first_touch_s`); 0: no such cost (a GPU's caching
+    # allocator reuses its blocks).
+    first_touch_bytes_per_s: float
     # Bytes per SM a persistent kernel keeps on chip (the register file: 256 KiB per
     # SM from Maxwell on); a batch norm whose tensor fits in all SMs' share makes one pass.
     on_chip_bytes_per_sm: float

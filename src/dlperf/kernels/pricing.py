@@ -319,6 +319,20 @@ def _attention(cost: Cost, spec: HardwareSpec, timer: GemmTimer, eager: bool) ->
     return Timing(seconds, math_s, memory_s, latency_s, bound, moved, tuple(losses), rows, note)
 
 
+# glibc's malloc takes blocks of this size and up straight from the OS (mmap:
+# DEFAULT_MMAP_THRESHOLD_MAX on 64-bit Linux) and gives them back on free, and
+# PyTorch's CPU allocator keeps no cache: each such tensor a step allocates
+# comes as fresh pages, which the OS faults in and zeroes on the first write.
+CPU_FRESH_PAGES_BYTES = 32 * 2**20
+
+
+def first_touch_s(fresh_bytes: float, spec: HardwareSpec) -> float:
+    """Time a CPU spends faulting in and zeroing `fresh_bytes` of new pages at
+    its probed rate (0 on a GPU: the caching allocator reuses its blocks)."""
+    rate = spec.efficiency.first_touch_bytes_per_s
+    return fresh_bytes / rate if spec.kind == "cpu" and rate > 0 and fresh_bytes else 0.0
+
+
 def time(
     cost: Cost,
     spec: HardwareSpec,
@@ -327,6 +341,7 @@ def time(
     eager: bool = True,
     op: str | None = None,
     layer: str | None = None,
+    fresh_bytes: float = 0.0,
 ) -> Timing:
     """The time of one costed op on `spec`.
 
@@ -337,7 +352,8 @@ def time(
     (`dlperf gemm`) has none. An op of one GEMM gets exactly that GEMM's verdict.
     A spec calibrated on a trace corrects the time by the kernel's class, by
     `op` (the event's name) or by `layer` (`calibration.layer_keys`) where
-    the trace measured that op or that very layer.
+    the trace measured that op or that very layer. `fresh_bytes` are the
+    op's outputs a CPU allocates as new pages (`first_touch_s`).
     """
     timer = timer or GemmTimer(spec)
     if cost.attention:
@@ -351,6 +367,9 @@ def time(
             found = _gemms(cost, spec, timer, eager, hints)
         else:
             found = _streaming(cost, spec, runnable_dtype(dtype, spec), timer, eager, hints)
+    touch = first_touch_s(fresh_bytes, spec)
+    if touch:
+        found = found._replace(seconds=found.seconds + touch)
     if spec.calibration is None or not found.seconds:
         return found
     seconds = spec.calibration.seconds(

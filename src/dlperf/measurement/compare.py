@@ -22,6 +22,7 @@ from ..errors import DlperfError
 from ..hardware.calibration import layer_keys
 from ..kernels.roofline import roofline_time_s
 from ..kinds import module_at_depth
+from ..optimizer import step_style
 from .kineto import Kernel, TraceData, busy_time_us, kernel_spans
 from .trace_match import (
     OPTIMIZER,
@@ -285,7 +286,7 @@ def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
         _modules(out_rows, depth),
         communication_summary(kernels, spec, steps) if gpu else {},
         data.rank,
-        _notes(rows, taken, calls),
+        _notes(rows, taken, calls) + _optimizer_notes(analysis, data),
     )
 
 
@@ -304,6 +305,35 @@ def _notes(rows: list, taken: list, calls: list[Call]) -> list[str]:
             f"only {same} of {len(matched)} matched ops ran with the input shapes predicted: "
             "the run's batch, sequence length or inputs differ from the options given "
             "(check --batch, --seq-len, --input)"
+        ]
+    return []
+
+
+# A fused optimizer's own op in a trace (torch.optim's fused=True, CUDA or CPU)
+_FUSED_STEP = re.compile(r"^aten::_fused_(\w+?)_$")
+# Adam's moment update unfused: torch.optim's foreach ops or its per-tensor loop
+_ADAM_UNFUSED = ("aten::_foreach_lerp_", "aten::_foreach_addcdiv_", "aten::lerp_", "aten::addcdiv_")
+
+
+def _optimizer_notes(analysis, data: TraceData) -> list[str]:
+    """A note when the trace's optimizer ran fused and the prediction priced
+    another style, or the other way round: each style issues its own number
+    of framework calls and kernels, which the step and a calibration carry."""
+    name = analysis.optimizer if analysis.training else None
+    if not name or not any(r.op.startswith("optimizer.") for r in analysis.rows):
+        return []
+    fused = sorted({m.group(1) for op in data.cpu_ops if (m := _FUSED_STEP.match(op["name"]))})
+    priced = step_style(name, analysis.spec)
+    if fused and priced != "fused":
+        fix = "--optimizer adamw-fused" if "adamw" in fused else "the optimizer that ran"
+        return [
+            f"the trace's optimizer ran fused (aten::_fused_{fused[0]}_) where {name} was priced "
+            f"as {priced} calls: give {fix}"
+        ]
+    if not fused and priced == "fused" and any(op["name"] in _ADAM_UNFUSED for op in data.cpu_ops):
+        return [
+            f"{name} was priced fused, but the trace's Adam update ran unfused ops: give "
+            "--optimizer adamw (torch.optim's default) or the optimizer that ran"
         ]
     return []
 

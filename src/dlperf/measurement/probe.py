@@ -103,6 +103,23 @@ def stream_bandwidth_bytes_per_s(
     return 3.0 * count * 4 / m.min_s
 
 
+def first_touch_bytes_per_s(tensor_bytes: int = 64 * 2**20, budget_s: float = 0.5) -> float:
+    """Rate at which the OS hands a CPU process fresh pages: filling a newly
+    allocated tensor (above glibc's mmap threshold: new pages every time) less
+    filling one already touched, per byte."""
+    count = max(1, tensor_bytes // 4)
+    warm = torch.empty(count, dtype=torch.float32)
+    kept = time_callable(lambda: warm.fill_(1.0), warmup=1, repeats=5, budget_s=budget_s / 2)
+    fresh = time_callable(
+        lambda: torch.empty(count, dtype=torch.float32).fill_(1.0),
+        warmup=1,
+        repeats=5,
+        budget_s=budget_s / 2,
+    )
+    extra = fresh.min_s - kept.min_s
+    return count * 4 / extra if extra > 0 else 0.0
+
+
 def call_latency_s(device: str = "cpu", budget_s: float = 0.5) -> float:
     """Time of one framework call that does almost nothing."""
     x = torch.ones(1, device=device)

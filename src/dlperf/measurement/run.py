@@ -38,6 +38,7 @@ class MeasureReport:
     ops: list[dict] = field(default_factory=list)
     categories: dict = field(default_factory=dict)
     tensor_core_kernels: dict | None = None
+    optimizer: str | None = None  # dlperf's name of the optimizer the step ran (training)
 
     @property
     def error(self) -> float:
@@ -90,22 +91,30 @@ def real_inputs(inputs, device: str):
     return make(inputs)
 
 
-def _adamw(model: nn.Module) -> torch.optim.Optimizer | None:
-    """AdamW as the prediction prices it: one pass over weights, gradients and
-    states (the fused kernel); the per-tensor loop where fused is unsupported."""
+def adamw_as_run(device: str) -> str:
+    """The AdamW a measured step runs on `device`, by dlperf's optimizer name:
+    fused (one pass over weights, gradients and states) where this PyTorch has
+    it for the device, else torch.optim's default."""
+    probe = torch.nn.Parameter(torch.zeros(1, device=device))
+    try:
+        torch.optim.AdamW([probe], fused=True)
+    except (RuntimeError, ValueError):
+        return "adamw"
+    return "adamw-fused"
+
+
+def _adamw(model: nn.Module, device: str) -> torch.optim.Optimizer | None:
+    """AdamW as `adamw_as_run` names it, over the model's trainable weights."""
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         return None  # nothing to train: the step is forward and backward
-    try:
-        return torch.optim.AdamW(params, fused=True)
-    except (RuntimeError, ValueError):
-        return torch.optim.AdamW(params)
+    return torch.optim.AdamW(params, fused=adamw_as_run(device) == "adamw-fused")
 
 
 def _step_fn(model, inputs, training: bool, autocast_dtype, device: str):
     from ..tracing import _loss_of
 
-    optimizer = _adamw(model) if training else None
+    optimizer = _adamw(model, device) if training else None
     args, kwargs = (
         ((), inputs)
         if isinstance(inputs, dict)
@@ -213,6 +222,7 @@ def measure_model(
         ops,
         categories,
         tc,
+        analysis.optimizer if training else None,
     )
 
 

@@ -93,7 +93,7 @@ def measure_report(r, console: Console | None = None) -> None:
     console = console or wide_console()
     console.print(
         f"[bold]{escape(r.model)}[/] on {r.device} ({r.precision}, "
-        f"{'training' if r.training else 'inference'}): predicted "
+        f"{f'training with {r.optimizer}' if r.training else 'inference'}): predicted "
         f"{seconds(r.predicted_time_s)}, measured {seconds(r.measured_time_s)} "
         f"(spread {seconds(r.measured_spread_s)}), error {r.error:+.0%}"
     )
