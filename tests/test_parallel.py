@@ -259,3 +259,28 @@ def test_a_recompute_repeats_the_all_reduces_of_the_row_parallel_gemms_it_reruns
     for policy, reduces in (("full", 2), ("selective-op", 1)):
         run = resolve(model, gpu="a100", batch=2, seq_len=128, checkpoint=policy)
         assert profile(run, Session(), 2).block_recomputed_reduces == reduces
+
+
+def test_without_sequence_parallelism_tp8_loses_only_the_replicated_ops_time():
+    # issue 23: at tp 8 a plan without sequence parallelism runs the ops tensor
+    # parallelism leaves whole (norms, residual adds, dropouts after the row-parallel
+    # layers) on all 8 GPUs, where sequence parallelism splits them 8 ways; its
+    # all-reduce and SP's all-gather + reduce-scatter move the same ring volume. So the
+    # step is slower by at most 7/8 of the replicated ops' time, and by no less than 0.
+    from dlperf.parallel import Layout, interconnect_for, price
+    from dlperf.parallel.profile import profile
+    from dlperf.run import Session, resolve
+
+    model = "hf:gpt2:layers=4,hidden=1024,heads=16,positions=1024"
+    run = resolve(model, gpu="a100", precision="amp-bf16", batch=2, seq_len=1024)
+    p = profile(run, Session(), 2)
+    net = interconnect_for(run.spec, 8)
+    tp8 = dict(dp=1, tp=8, pp=1, micro_batches=2)
+    layouts = (Layout(**tp8, sequence_parallel=s) for s in (False, True))
+    plain, sp = (price(p, run.spec, net, at) for at in layouts)
+    blocks = p.blocks * (p.block_forward_s + p.block_backward_s) * (1 - p.block_split_share)
+    post = (p.post_forward_s + p.post_backward_s) * (1 - p.post_split_share)
+    replicated = 2 * (blocks + post)  # two micro-batches
+    extra = plain.step_time_s - sp.step_time_s
+    assert 0 < extra <= replicated * 7 / 8 * (1 + 1e-9)
+    assert plain.comm_time_s == pytest.approx(sp.comm_time_s, rel=0.01)

@@ -169,6 +169,26 @@ def test_clip_grad_norm_reads_every_gradient_twice_and_writes_it_once(capsys):
         assert len(err.strip().splitlines()) == 1 and "--clip-grad" in err
 
 
+def test_zero_grad_zeroes_each_gradient_before_pytorch_2_only():
+    session = Session()
+    kw = dict(precision="amp-bf16", batch=2, seq_len=32)
+    old = session.analysis(resolve(TINY, gpu=dlperf.gpu("a100", torch_version="1.12"), **kw))
+    new = session.analysis(resolve(TINY, gpu=dlperf.gpu("a100", torch_version="2.4"), **kw))
+    tensors = len([s for s in session.trace(resolve(TINY, gpu="a100", **kw)).param_shapes if s])
+    (zero,) = [r for r in old.rows if r.op == "zero_grad"]
+    # before 2.0 zero_grad() zeroes every gradient in place: one fill kernel and one
+    # framework call per parameter, writing each fp32 gradient once (4 B a parameter)
+    assert zero.phase == "optimizer" and zero.kernels == zero.host_ops == tensors
+    assert zero.bytes == pytest.approx(4 * old.params, rel=0.01)
+    assert not zero.host_sync
+    # from 2.0 it sets them to None: nothing runs
+    assert not [r for r in new.rows if r.op == "zero_grad"]
+    # an inference pass has no gradients
+    infer = session.analysis(resolve(TINY, gpu=dlperf.gpu("a100", torch_version="1.12"),
+                                     training=False, **kw))  # fmt: skip
+    assert not [r for r in infer.rows if r.op == "zero_grad"]
+
+
 def test_channels_last_runs_the_convolutions_nhwc_on_a_copy():
     import torchvision
 

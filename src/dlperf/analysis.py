@@ -25,7 +25,13 @@ from .kernels.pricing import CPU_FRESH_PAGES_BYTES, GemmRow, GemmTimer, Timing, 
 from .kernels.roofline import arithmetic_intensity
 from .kinds import Bound, Category, LossKind, Phase
 from .ops import CATEGORIES, Cost, CostContext, Costed, costed, fallback
-from .optimizer import clip_grad_cost, grad_scaler_cost, optimizer_cost, uses_loss_scaling
+from .optimizer import (
+    clip_grad_cost,
+    grad_scaler_cost,
+    optimizer_cost,
+    uses_loss_scaling,
+    zero_grad_cost,
+)
 from .tracing import Trace
 
 __all__ = ["Analysis", "GemmRow", "OpRow", "Tally", "analyze_trace", "price_cost", "tally"]
@@ -338,6 +344,9 @@ def analyze_trace(
         if clip_grad:
             after.append(clip_grad_cost(trace, spec))
         after.append(optimizer_cost(trace, optimizer, spec))
+        zeroing = zero_grad_cost(trace, spec)
+        if zeroing:  # before PyTorch 2.0: every gradient zeroed in place
+            after.append(zeroing)
     fusion = None
     if compiled:
         # the same step unfused, for the report's side-by-side

@@ -360,6 +360,29 @@ def _foreach_by_default(spec) -> bool:
     return torch_version(spec)[:2] >= FOREACH_SINCE
 
 
+# nn.Module.zero_grad and Optimizer.zero_grad set the gradients to None by
+# default from PyTorch 2.0 (nothing runs on the device); before, they zero each
+# gradient in place, one op per parameter (pytorch/pytorch#92731).
+SET_TO_NONE_SINCE = (2, 0)
+
+
+def zero_grad_cost(trace: Trace, spec=None) -> tuple[OpEvent, Costed] | None:
+    """`zero_grad()` once per optimizer step, as the run's PyTorch does it by
+    default (`--torch-version`): before 2.0, a loop that zeroes each gradient
+    in place (a fill kernel writing it, and a framework call, per parameter);
+    None from 2.0, where the gradients are dropped instead."""
+    from .kernels.attention import torch_version
+
+    n = trace.trainable_params
+    if not n or torch_version(spec)[:2] >= SET_TO_NONE_SINCE:
+        return None
+    tensors = sum(1 for s in trace.param_shapes if math.prod(s) > 0)
+    event = _step_event("zero_grad", params=n, host_ops=tensors, style="per-tensor")
+    cost = Cost(flops=0, bytes_read=0, bytes_written=n * trace.precision.grad_bytes,
+                kernels=tensors)  # fmt: skip
+    return event, Costed(cost, Category.OTHER, "optimizer")
+
+
 def clip_style(spec=None) -> str:
     """How `clip_grad_norm_` runs: "foreach" or "per-tensor" (`_foreach_by_default`)."""
     return "foreach" if _foreach_by_default(spec) else "per-tensor"

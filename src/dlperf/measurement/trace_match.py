@@ -45,7 +45,7 @@ _OPTIMIZER_CALLS = re.compile(
     r"^aten::(_fused_(adamw?|sgd|adagrad)_?|_foreach_\w+|_amp_foreach_\w+|_amp_update_scale_)$"
 )
 # The optimizer phase's rows besides the update itself (`optimizer.py`)
-_STEP_ROWS = ("amp.grad_scaler", "clip_grad_norm")
+_STEP_ROWS = ("amp.grad_scaler", "clip_grad_norm", "zero_grad")
 
 
 def optimizer_head(rows: list) -> int | None:
