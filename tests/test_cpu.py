@@ -73,6 +73,13 @@ def _stub_probes(monkeypatch, asked):
     monkeypatch.setattr(cpu, "_last_level_cache_bytes", lambda: 8 * 2**20)
     monkeypatch.setattr(probe, "call_latency_s", lambda budget_s: 2e-6)
     monkeypatch.setattr(probe, "first_touch_bytes_per_s", lambda budget_s: 3e9)
+    # the probe's causal attention (4 x 8 heads, 256 x 256, head size 64) keeps 2 x 32 x
+    # 256 x 256 x 128 / 2 = 268,435,456 FLOPs forward, 2.5x that backward, of twice as
+    # many computed (CPU flash, 256 keys < its 512-key blocks): at 5e10 and 4e10 FLOP/s
+    kept = 268_435_456
+    monkeypatch.setattr(
+        probe, "attention_seconds", lambda budget_s: (2 * kept / 5e10, 2 * 2.5 * kept / 4e10)
+    )
     monkeypatch.setattr(probe, "eager_step_s_per_op", lambda budget_s: 12e-6)
     # rates at c/(c + 64) of the 1e11 fp32 peak: 27/91 and 288/352
     points = [(27.0, 1e11 * 27 / 91), (288.0, 1e11 * 288 / 352)]
@@ -95,6 +102,9 @@ def test_probe_document_from_its_parts(monkeypatch):
     assert eff["conv_reduction_knee"] == 64.0
     assert eff["llc_streaming_speedup"] == 4.0  # 80 / 20 GB/s
     assert eff["first_touch_bytes_per_s"] == 3e9
+    # of the 1e11 matmul rate
+    assert eff["attention_flash_forward_efficiency"] == pytest.approx(0.5)
+    assert eff["attention_flash_backward_efficiency"] == pytest.approx(0.4)
     assert doc["l2_cache_bytes"] == 8 * 2**20 and doc["memory_bandwidth_bytes_per_s"] == 2e10
     assert cpu.spec_from_dict(doc).efficiency.conv_reduction_knee == 64.0
 
@@ -220,6 +230,8 @@ def test_a_large_new_tensor_pays_for_its_fresh_pages_on_a_cpu_only():
 
 
 def test_fresh_pages_are_new_storages_only():
+    import dataclasses
+
     import torch
 
     from dlperf.analysis import _fresh_page_bytes
@@ -231,12 +243,18 @@ def test_fresh_pages_are_new_storages_only():
     def op(reads, writes, out):
         return OpEvent("aten.x.default", (), {}, out, "", "forward", reads=reads, writes=writes)
 
+    def recompute(reads, writes, out):
+        return dataclasses.replace(op(reads, writes, out), phase="recompute")
+
     events = [
         op((1,), (2,), (big,)),  # a new 64 MiB tensor: fresh
-        op((2,), (2,), (big,)),  # in place into it: not
-        op((2,), (2,), (big,)),  # a view of it (its storage): not
+        op((2,), (2,), (big,)),  # in place into it (or a view of it): its storage, not
         op((2,), (3,), (small,)),  # new but under the threshold: not
         op((3,), (2,), (big,)),  # an earlier storage written again: not
         op((2,), (4, 5), (big, big)),  # two new ones
+        op((6,), (7,), (big,)),  # a first write into one an unrecorded empty_like made
+        recompute((1,), (2,), (big,)),  # recomputed: checkpointing freed it after forward
+        recompute((2,), (2,), (big,)),  # but not an in-place write
+        OpEvent("dlperf.module", (), {}, (big,), "", "forward"),  # no storages recorded
     ]
-    assert _fresh_page_bytes(events) == [2**26, 0, 0, 0, 0, 2 * 2**26]
+    assert _fresh_page_bytes(events) == [2**26, 0, 0, 0, 2 * 2**26, 2**26, 2**26, 0, 0]

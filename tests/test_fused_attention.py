@@ -240,6 +240,27 @@ def test_cpu_runs_its_flash_kernel_unless_dropout():
     assert choose_backend(cpu, shape()) == ("math", "PyTorch's CPU flash kernel takes no dropout")
 
 
+def test_cpu_flash_computes_whole_key_blocks_of_its_query_blocks():
+    from dlperf.kernels.attention import attention_efficiency, cpu_flash_useful_share
+
+    # PyTorch's CPU kernel: at 128 queries, blocks of 32 rows, each against one key
+    # block of all 128 keys (blocks of 512, computed whole): 128 x 128 scores
+    # computed, 128 x 128 / 2 kept by the causal mask
+    assert cpu_flash_useful_share(shape(q_len=128, kv_len=128)) == 0.5
+    # at 1024, blocks of 256 rows: keys up to 256, 512, 768, 1024, rounded up to 512s,
+    # 256 x (512 + 512 + 1024 + 1024) computed, 1024 x 1024 / 2 kept: 2/3
+    assert cpu_flash_useful_share(shape(q_len=1024, kv_len=1024)) == pytest.approx(2 / 3)
+    assert cpu_flash_useful_share(shape(q_len=1024, kv_len=1024, causal=False)) == 1.0
+    # the probe's efficiency times that share, at any length: no GPU thread blocks
+    doc = fake_cpu_doc(1e10, attention_flash_forward_efficiency=0.6)
+    cpu = spec_from_dict(doc)
+    for s in (128, 1024):
+        one = shape(q_len=s, kv_len=s, dropout=0.0)
+        assert attention_efficiency(cpu, one, "flash", 1e11) == pytest.approx(
+            0.6 * cpu_flash_useful_share(one)
+        )
+
+
 def test_hugging_face_models_without_sdpa_stay_eager():
     assert load_model("hf:mpt:layers=1").module.config._attn_implementation == "eager"
     with pytest.raises(DlperfError) as err:

@@ -413,14 +413,17 @@ def _rows(
 
 def _fresh_page_bytes(events: list) -> list[int]:
     """Per event, the bytes of its outputs that a CPU allocates as fresh pages:
-    new storages (not one it read or an earlier op made: no view, no in-place
-    write, no recompute of a saved tensor) of `CPU_FRESH_PAGES_BYTES` and up."""
+    storages of `CPU_FRESH_PAGES_BYTES` and up that no earlier op touched (a
+    view or an in-place write reuses its storage; the first write into one an
+    unrecorded factory made, `empty_like`, allocates it). A recomputed forward
+    op allocates its outputs again: checkpointing freed them after forward."""
     seen: set[int] = set()
     out = []
     for event in events:
         fresh = 0
+        again = event.phase == Phase.RECOMPUTE
         for meta, storage in zip(event.outputs, event.writes, strict=False):
-            new = storage not in seen and storage not in event.reads
+            new = storage not in event.reads if again else storage not in seen
             if new and meta.nbytes >= CPU_FRESH_PAGES_BYTES:
                 fresh += meta.nbytes
         seen.update(event.reads)

@@ -2,8 +2,9 @@
 
 The probe measures what this machine achieves (matmul FLOP/s per dtype, a
 streaming add's bandwidth, the rate the OS hands out fresh pages for a large
-new tensor, the cost of one tiny call, the host's cost per op
-of an eager training step, how convolutions fall short of the matmul rate);
+new tensor, the CPU flash attention kernel's rate, the cost of one tiny call,
+the host's cost per op of an eager training step, how convolutions fall short
+of the matmul rate);
 the spec's rate efficiencies are therefore 1. It keeps to a time budget
 (PROBE_BUDGET_S, seconds) and says what it measures on stderr. The result is
 cached as JSON in the user's cache directory (DLPERF_CACHE_DIR overrides it),
@@ -31,8 +32,9 @@ from pathlib import Path
 from ..errors import DlperfError
 from .spec import HardwareSpec, spec_from_dict
 
-# 4: the cache keeps when, under what load, and a quick matmul's rate; 5: fresh pages' rate
-PROBE_VERSION = 5
+# 4: the cache keeps when, under what load, and a quick matmul's rate; 5: fresh pages'
+# rate; 6: the CPU flash attention kernel's rate
+PROBE_VERSION = 6
 QUICK_SIZE = 256  # the matmul measured on each use
 QUICK_BUDGET_S = 0.1
 QUICK_TOLERANCE = 1.3  # a rate off by more than this factor disagrees
@@ -88,8 +90,9 @@ _SHARES = {
     "stream": 0.1,
     "touch": 0.03,
     "latency": 0.05,
-    "eager": 0.15,
-    "conv": 0.22,
+    "eager": 0.12,
+    "attention": 0.05,
+    "conv": 0.2,
 }
 
 
@@ -166,6 +169,9 @@ def probe_cpu(budget_s: float | None = None, progress=None) -> dict:
     # a recorded op pays its kernel's latency in the model already; the rest is the host's
     eager = max(0.0, per_op - latency)
     say(f"  one call: {latency * 1e6:.1f} us; eager training step: {eager * 1e6:.1f} us per op")
+    attention = _attention_efficiencies(units["fp32"]["peak_flops_per_s"], budget)
+    say(f"  causal attention (CPU flash kernel): {attention[0]:.0%} of the matmul rate "
+        f"forward, {attention[1]:.0%} backward")  # fmt: skip
     points = probe.conv_flops_per_s(budget_s=budget * _SHARES["conv"])
     knee = conv_reduction_knee(points, units["fp32"]["peak_flops_per_s"])
     say(f"  convolutions: {', '.join(f'{r / 1e9:.1f}' for _, r in points)} GFLOP/s")
@@ -189,9 +195,29 @@ def probe_cpu(budget_s: float | None = None, progress=None) -> dict:
             "conv_reduction_knee": knee,
             "llc_streaming_speedup": speedup,
             "first_touch_bytes_per_s": touch,
+            "attention_flash_forward_efficiency": attention[0],
+            "attention_flash_backward_efficiency": attention[1],
         },
         "probe": {"taken_at": time.time(), "load_per_core": load, "quick_flops_per_s": quick},
     }
+
+
+def _attention_efficiencies(peak_flops_per_s: float, budget: float) -> tuple[float, float]:
+    """(forward, backward) rate of PyTorch's CPU flash kernel on the probe's
+    shape, as a share of the fp32 matmul rate over the scores it computes:
+    the efficiency `kernels.attention` prices every CPU flash call with."""
+    from ..kernels.attention import cpu_flash_useful_share
+    from ..measurement import probe
+    from ..ops.cost import AttentionShape
+
+    b, h, s, d = probe.ATTENTION_PROBE_SHAPE
+    times = probe.attention_seconds(budget_s=budget * _SHARES["attention"])
+    found = []
+    for phase, seconds in zip(("forward", "backward"), times, strict=True):
+        shape = AttentionShape(b, h, h, s, s, d, d, True, "fp32", "fp32", "", 0.0, phase, "flash")
+        rate = shape.flops / seconds / cpu_flash_useful_share(shape)
+        found.append(min(1.0, rate / peak_flops_per_s))
+    return found[0], found[1]
 
 
 _RECHECKED: set[str] = set()

@@ -326,6 +326,30 @@ def _exp_share(spec, shape: AttentionShape, head_dim: int, peak: float) -> float
     return (1.0 / exp_rate) / (per_score / peak)
 
 
+# PyTorch's CPU flash kernel (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp),
+# forward and backward alike: query blocks of 32, 64 or 256 rows (queries under
+# 192, under 768, more), each run against key blocks of 512 up to its last causal
+# key; a key block is computed whole and its masked part filled afterwards.
+CPU_FLASH_KEY_BLOCK = 512
+CPU_FLASH_QUERY_BLOCKS = ((192, 32), (768, 64))  # (queries under, rows a block)
+CPU_FLASH_LONG_QUERY_BLOCK = 256
+
+
+def cpu_flash_useful_share(shape: AttentionShape) -> float:
+    """The scores PyTorch's CPU flash kernel computes that a causal mask keeps
+    (`AttentionShape.flops` counts those), over the scores it computes."""
+    if not shape.causal:
+        return 1.0
+    q, kv = shape.q_len, shape.kv_len
+    rows = next((r for below, r in CPU_FLASH_QUERY_BLOCKS if q < below), CPU_FLASH_LONG_QUERY_BLOCK)
+    computed = 0
+    for start in range(0, q, rows):
+        block = min(rows, q - start)
+        keys = min(start + block, kv)
+        computed += block * min(kv, math.ceil(keys / CPU_FLASH_KEY_BLOCK) * CPU_FLASH_KEY_BLOCK)
+    return min(1.0, q * kv / 2 / computed) if computed else 1.0
+
+
 def attention_efficiency(spec, shape: AttentionShape, backend: str, peak: float) -> float:
     """Fraction of `peak` a fused kernel reaches on `shape`: its main loop (anchored
     on the paper's figure at head size 128 and long sequences), its exponentials
@@ -333,6 +357,8 @@ def attention_efficiency(spec, shape: AttentionShape, backend: str, peak: float)
     anchor = spec.efficiency.attention_efficiency(backend, shape.phase)
     if anchor <= 0:
         return 0.0
+    if spec.kind == "cpu":  # the probe's measured rate, in the CPU kernel's own blocks
+        return anchor * cpu_flash_useful_share(shape)
     head_dim = (shape.head_dim + shape.value_dim) // 2
     at_anchor = _exp_share(spec, shape, ANCHOR_HEAD_DIM, peak)
     here = _exp_share(spec, shape, head_dim, peak)

@@ -311,8 +311,8 @@ def _notes(rows: list, taken: list, calls: list[Call]) -> list[str]:
 
 # A fused optimizer's own op in a trace (torch.optim's fused=True, CUDA or CPU)
 _FUSED_STEP = re.compile(r"^aten::_fused_(\w+?)_$")
-# Adam's moment update unfused: torch.optim's foreach ops or its per-tensor loop
-_ADAM_UNFUSED = ("aten::_foreach_lerp_", "aten::_foreach_addcdiv_", "aten::lerp_", "aten::addcdiv_")
+# torch.optim's foreach Adam(W) update (a model's own code rarely runs these)
+_ADAM_FOREACH = ("aten::_foreach_lerp_", "aten::_foreach_addcdiv_")
 
 
 def _optimizer_notes(analysis, data: TraceData) -> list[str]:
@@ -330,10 +330,11 @@ def _optimizer_notes(analysis, data: TraceData) -> list[str]:
             f"the trace's optimizer ran fused (aten::_fused_{fused[0]}_) where {name} was priced "
             f"as {priced} calls: give {fix}"
         ]
-    if not fused and priced == "fused" and any(op["name"] in _ADAM_UNFUSED for op in data.cpu_ops):
+    if not fused and priced == "fused" and any(op["name"] in _ADAM_FOREACH for op in data.cpu_ops):
         return [
-            f"{name} was priced fused, but the trace's Adam update ran unfused ops: give "
-            "--optimizer adamw (torch.optim's default) or the optimizer that ran"
+            f"{name} was priced fused, but the trace ran no fused optimizer op and has "
+            "torch.optim's foreach update ops: give --optimizer adamw (its default) or the "
+            "optimizer that ran"
         ]
     return []
 

@@ -166,6 +166,32 @@ def eager_step_s_per_op(budget_s: float = 2.0) -> float:
     return m.min_s / max(ops, 1)
 
 
+# The attention the probe times: PyTorch's CPU flash kernel, causal, fp32
+# (batch, heads, sequence, head size): a small Llama's layer at sequence 256.
+ATTENTION_PROBE_SHAPE = (4, 8, 256, 64)
+
+
+def attention_seconds(budget_s: float = 1.0) -> tuple[float, float]:
+    """(forward, backward) seconds of causal SDPA at `ATTENTION_PROBE_SHAPE` in
+    fp32: the CPU flash kernel, as a training step runs it (forward with the
+    log-sum-exp kept, then backward; backward timed as the pair less forward)."""
+    import torch.nn.functional as F
+
+    b, h, s, d = ATTENTION_PROBE_SHAPE
+    q, k, v = (torch.randn(b, h, s, d, requires_grad=True) for _ in range(3))
+    grad = torch.randn(b, h, s, d)
+
+    def forward():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def both():
+        forward().backward(grad)
+
+    fwd = time_callable(forward, warmup=2, repeats=5, budget_s=budget_s / 3)
+    pair = time_callable(both, warmup=2, repeats=5, budget_s=2 * budget_s / 3)
+    return fwd.min_s, max(pair.min_s - fwd.min_s, 1e-9)
+
+
 def conv_flops_per_s(budget_s: float = 3.0) -> list[tuple[float, float]]:
     """(GEMM reduction size C*R*S, FLOP/s) of convolutions forward and backward.
 

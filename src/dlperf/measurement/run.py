@@ -209,6 +209,8 @@ def measure_model(
             prof.export_chrome_trace(str(trace_out))
     measured = _measured_ops(events, device)
     timing = time_callable(step, warmup=1, repeats=max(5, steps), synchronize=sync)
+    # the optimizer the step ran: none where nothing is trainable
+    stepped = training and any(p.requires_grad for p in model.parameters())
     ops, categories = _beside_predictions(analysis, measured, steps)
     tc = _tensor_core_usage(prof) if device == "cuda" else None
     return MeasureReport(
@@ -222,7 +224,7 @@ def measure_model(
         ops,
         categories,
         tc,
-        analysis.optimizer if training else None,
+        analysis.optimizer if stepped else None,
     )
 
 
