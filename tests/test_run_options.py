@@ -263,3 +263,32 @@ def test_plan_prices_clipping_and_keeps_channels_last():
     nchw, nhwc = (dlperf.plan(model, x, channels_last=c, **kw).plans[0] for c in (False, True))
     # the plan's profile traces NHWC inputs as given: no Tensor Core transposes
     assert nhwc.compute_time_s < nchw.compute_time_s
+
+
+def test_frozen_parameters_get_no_optimizer_launches():
+    # a frozen backbone (LoRA-style fine-tuning): the optimizer loops over the trainable
+    # tensors only, and zero_grad and clipping likewise
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 64), nn.Linear(64, 8))
+    for p in model[0].parameters():
+        p.requires_grad_(False)
+    x = torch.empty(4, 64, device="meta")
+    old = dlperf.gpu("a100", torch_version="1.12")  # loops over tensors before 2.0
+    a = dlperf.analyze(model, x, gpu=old, precision="fp32", optimizer="adamw-hf", clip_grad=True)
+    rows = {r.op: r for r in a.rows if r.phase == "optimizer"}
+    # 2 trainable layers x (weight, bias) = 4 tensors of the 6
+    assert rows["zero_grad"].kernels == 4
+    assert rows["clip_grad_norm"].kernels == 2 * 4 + 5  # a norm and a multiply each, 5 scalars
+    for p in model[0].parameters():
+        p.requires_grad_(True)
+    whole = dlperf.analyze(model, x, gpu=old, precision="fp32", optimizer="adamw-hf")
+    (update,) = [r for r in whole.rows if r.op == "optimizer.adamw-hf"]
+    # the same passes per tensor over 4 tensors of the 6
+    assert rows["optimizer.adamw-hf"].kernels * 6 == update.kernels * 4
+    # and the states: Adafactor's factored moments follow the trainable shapes only
+    for p in model[0].parameters():
+        p.requires_grad_(False)
+    mem = dlperf.memory(model, x, gpu="a100", precision="fp32", optimizer="adafactor")
+    # 64 x 64 keeps 64 + 64, 64 x 8 keeps 64 + 8, each bias its 64 or 8: 4 B each
+    assert mem.optimizer_bytes == 4 * ((64 + 64) + 64 + (64 + 8) + 8)

@@ -290,7 +290,7 @@ def step_traffic(name: str, params: int, shapes: list[tuple[int, ...]], word: in
         return _traffic(opt.update, params, word, state)
     numels = [math.prod(s) for s in shapes]
     vector_numel = sum(n for s, n in zip(shapes, numels, strict=True) if len(s) < 2)
-    vector = params * vector_numel / max(1, sum(numels))  # frozen tensors are in the shapes
+    vector = params * vector_numel / max(1, sum(numels))  # the vectors' share of the elements
     mr, mw = _traffic(opt.update, params - vector, word, state)
     vr, vw = _traffic(opt.vector_update, vector, word, state)
     return mr + vr, mw + vw
@@ -311,8 +311,8 @@ def optimizer_cost(trace: Trace, name: str, spec=None) -> tuple[OpEvent, Costed]
     opt = get_optimizer(name)
     word = trace.precision.master_weight_bytes
     n = trace.trainable_params
-    read, written = step_traffic(name, n, trace.param_shapes, word)
-    kernels, host_ops = step_launches(name, trace.param_shapes, spec) if n else (0, 0)
+    read, written = step_traffic(name, n, trace.trained_shapes, word)
+    kernels, host_ops = step_launches(name, trace.trained_shapes, spec) if n else (0, 0)
     event = _step_event(
         f"optimizer.{name}", params=n, host_ops=host_ops, style=_style_on(opt, spec)
     )
@@ -337,7 +337,7 @@ def grad_scaler_cost(trace: Trace) -> tuple[OpEvent, Costed]:
     (`host_sync`)."""
     n = trace.trainable_params
     grad = trace.precision.grad_bytes
-    numels = [math.prod(s) for s in trace.param_shapes]
+    numels = [math.prod(s) for s in trace.trained_shapes]
     kernels = multi_tensor_launches(numels, depth=1) + 1  # + _amp_update_scale_
     event = _step_event("amp.grad_scaler", params=n, host_ops=3, host_sync=True)
     cost = Cost(flops=2 * n, bytes_read=n * grad, bytes_written=n * grad, kernels=kernels)
@@ -376,7 +376,7 @@ def zero_grad_cost(trace: Trace, spec=None) -> tuple[OpEvent, Costed] | None:
     n = trace.trainable_params
     if not n or torch_version(spec)[:2] >= SET_TO_NONE_SINCE:
         return None
-    tensors = sum(1 for s in trace.param_shapes if math.prod(s) > 0)
+    tensors = sum(1 for s in trace.trained_shapes if math.prod(s) > 0)
     event = _step_event("zero_grad", params=n, host_ops=tensors, style="per-tensor")
     cost = Cost(flops=0, bytes_read=0, bytes_written=n * trace.precision.grad_bytes,
                 kernels=tensors)  # fmt: skip
@@ -397,7 +397,7 @@ def clip_grad_cost(trace: Trace, spec=None) -> tuple[OpEvent, Costed]:
     not wait."""
     n = trace.trainable_params
     grad = trace.precision.grad_bytes
-    numels = [math.prod(s) for s in trace.param_shapes]
+    numels = [math.prod(s) for s in trace.trained_shapes]
     tensors = sum(1 for x in numels if x > 0)
     style = clip_style(spec)
     if style == "per-tensor":  # torch.norm(g) per gradient, then g.mul_(coef) per gradient

@@ -110,6 +110,7 @@ class ModelProfile:
     expert_params: int = 0
     moe_tokens: int = 0  # tokens into one MoE layer per micro-batch
     moe_hidden: int = 0
+    # the trainable parameters' shapes (a factored optimizer's states follow them)
     param_shapes: list = field(default_factory=list, repr=False)
 
     def __post_init__(self):
@@ -399,7 +400,7 @@ def profile(run, session, micro_batch: int) -> ModelProfile:
         pre_params=pre_params,
         post_params=post_params,
         tensor_parallel=has_linear_layers(recorded, recorded.blocks),
-        param_shapes=recorded.param_shapes,
+        param_shapes=recorded.trained_shapes,
         **_moe_fields(recorded),
     )
 

@@ -101,6 +101,7 @@ def trace(
         params=call.params,
         trainable_params=call.trainable_params,
         param_shapes=call.param_shapes,
+        trainable_shapes=call.trainable_shapes,
         module_types=module_types,
         inputs=call.input_meta(),
         suppressed=recorder.suppressed,

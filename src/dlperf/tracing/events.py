@@ -137,6 +137,16 @@ class Trace:
     # Per module, the positional tensor arguments of each call, as (meta,
     # requires_grad) pairs; None for a call that also took other values.
     module_calls: dict[str, list] = field(default_factory=dict)
+    # The shapes of the parameters that train (frozen ones get no gradient and no
+    # optimizer state); empty in a trace built without them: see `trained_shapes`.
+    trainable_shapes: list[tuple[int, ...]] = field(default_factory=list)
+
+    @property
+    def trained_shapes(self) -> list[tuple[int, ...]]:
+        """The shapes the optimizer steps, clipping reads and zero_grad zeroes."""
+        if self.trainable_shapes or not self.trainable_params:
+            return self.trainable_shapes
+        return self.param_shapes  # a trace that did not record them: all train
 
     @property
     def activation_bytes(self) -> int:

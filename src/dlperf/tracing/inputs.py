@@ -30,6 +30,7 @@ class FakeCall:
     params: int = 0
     trainable_params: int = 0
     param_shapes: list[tuple[int, ...]] = field(default_factory=list)
+    trainable_shapes: list[tuple[int, ...]] = field(default_factory=list)
 
     def input_meta(self) -> list[TensorMeta]:
         tensors = (*self.args, *self.kwargs.values())
@@ -45,6 +46,8 @@ def fake_call(model: nn.Module, inputs, policy: Precision, training: bool) -> Fa
             dtype = policy.param_dtype if p.is_floating_point() else p.dtype
             found.state[name] = _to_fake(p, dtype, training and p.requires_grad)
             found.param_shapes.append(tuple(p.shape))
+            if p.requires_grad:
+                found.trainable_shapes.append(tuple(p.shape))
             found.params += p.numel()
             found.trainable_params += p.numel() if p.requires_grad else 0
         for name, b in model.named_buffers():

@@ -188,6 +188,7 @@ def _spliced(base: Trace, new: nn.Module, pieces: dict[str, Trace]) -> Trace:
         params=sum(p.numel() for p in params),
         trainable_params=sum(p.numel() for p in params if p.requires_grad),
         param_shapes=[tuple(p.shape) for p in params],
+        trainable_shapes=[tuple(p.shape) for p in params if p.requires_grad],
         module_types={name: type(m).__name__ for name, m in new.named_modules()},
         saved=saved,
         module_inputs=module_inputs,

@@ -134,7 +134,7 @@ def _optimizer_states(pool: CachingAllocator, trace: Trace, optimizer: str, word
     """The optimizer's states, one tensor per parameter and state (a factored
     state, Adafactor's, as one tensor of its rows and columns)."""
     opt = get_optimizer(optimizer)
-    for n, shape in enumerate(trace.param_shapes):
+    for n, shape in enumerate(trace.trained_shapes):
         numel = math.prod(shape)
         if opt.factored:
             pool.malloc(("state", n), state_bytes(optimizer, numel, [shape], word))

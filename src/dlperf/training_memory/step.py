@@ -165,7 +165,7 @@ def step_memory(
     grads = g_per * trace.trainable_params
     states = 0
     if trace.training:
-        n, shapes = trace.trainable_params, trace.param_shapes
+        n, shapes = trace.trainable_params, trace.trained_shapes
         states = optimizer_bytes(optimizer, n, shapes, policy.master_weight_bytes)
     plan = checkpoint_plan(trace, checkpoint, price)
     acts = plan.activations_bytes
