@@ -73,6 +73,7 @@ def _stub_probes(monkeypatch, asked):
     monkeypatch.setattr(cpu, "_last_level_cache_bytes", lambda: 8 * 2**20)
     monkeypatch.setattr(probe, "call_latency_s", lambda budget_s: 2e-6)
     monkeypatch.setattr(probe, "first_touch_bytes_per_s", lambda budget_s: 3e9)
+    monkeypatch.setattr(probe, "random_elements_per_s", lambda budget_s: 1.5e8)
     # the probe's causal attention (4 x 8 heads, 256 x 256, head size 64) keeps 2 x 32 x
     # 256 x 256 x 128 / 2 = 268,435,456 FLOPs forward, 2.5x that backward, of twice as
     # many computed (CPU flash, 256 keys < its 512-key blocks): at 5e10 and 4e10 FLOP/s
@@ -102,6 +103,7 @@ def test_probe_document_from_its_parts(monkeypatch):
     assert eff["conv_reduction_knee"] == 64.0
     assert eff["llc_streaming_speedup"] == 4.0  # 80 / 20 GB/s
     assert eff["first_touch_bytes_per_s"] == 3e9
+    assert eff["random_elements_per_s"] == 1.5e8
     # of the 1e11 matmul rate
     assert eff["attention_flash_forward_efficiency"] == pytest.approx(0.5)
     assert eff["attention_flash_backward_efficiency"] == pytest.approx(0.4)
@@ -258,3 +260,32 @@ def test_fresh_pages_are_new_storages_only():
         OpEvent("dlperf.module", (), {}, (big,), "", "forward"),  # no storages recorded
     ]
     assert _fresh_page_bytes(events) == [2**26, 0, 0, 0, 2 * 2**26, 2**26, 2**26, 0, 0]
+
+
+def test_dropout_draws_its_mask_at_the_cpus_random_number_rate():
+    import dataclasses
+
+    import torch
+    from torch import nn
+
+    # dropout in training draws one random number per element (bernoulli_): on a CPU
+    # at the probed rate, 2**20 elements at 1e8 a second = 10.5 ms more than streaming
+    model = nn.Sequential(nn.Linear(1024, 1024), nn.Dropout(0.1))
+    x = torch.empty(1024, 1024, device="meta")
+    base = cpu.spec_from_dict(_cpu_doc(eager_call_overhead_s=0.0))
+    slow = cpu.spec_from_dict(_cpu_doc(eager_call_overhead_s=0.0, random_elements_per_s=1e8))
+
+    def mask_s(spec) -> float:
+        a = dlperf.analyze(model, x, gpu=spec, precision="fp32")
+        (row,) = [r for r in a.rows if r.op.startswith("aten.bernoulli")]
+        return row.time_s
+
+    assert mask_s(slow) - mask_s(base) == pytest.approx(2**20 / 1e8)
+    # a GPU's generator keeps up with memory: the rate never reaches it
+    gpu = dlperf.gpu("a100")
+    fast = dataclasses.replace(
+        gpu, efficiency=dataclasses.replace(gpu.efficiency, random_elements_per_s=1e3)
+    )
+    a = dlperf.analyze(model, x, gpu=gpu, precision="fp32")
+    b = dlperf.analyze(model, x, gpu=fast, precision="fp32")
+    assert [r.time_s for r in a.rows] == [r.time_s for r in b.rows]

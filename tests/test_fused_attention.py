@@ -261,6 +261,21 @@ def test_cpu_flash_computes_whole_key_blocks_of_its_query_blocks():
         )
 
 
+def test_cpu_math_attention_draws_its_dropout_mask_per_score():
+    # dropout makes a CPU run the math path; its mask is a random number per score,
+    # drawn forward only: 2 x 4 heads x 128 x 128 = 131,072 at 1e8 a second = 1.31 ms
+    q, k, v = qkv(2, 4, 128, 64)
+    model = Attention(dropout_p=0.1, is_causal=True)
+
+    def rows(**eff):
+        spec = spec_from_dict(fake_cpu_doc(1e10, **eff))
+        return attention_rows(dlperf.analyze(model, (q, k, v), gpu=spec, precision="fp32"))
+
+    (f0, b0), (f1, b1) = rows(), rows(random_elements_per_s=1e8)
+    assert f1.time_s - f0.time_s == pytest.approx(2 * 4 * 128 * 128 / 1e8)
+    assert b1.time_s == b0.time_s
+
+
 def test_hugging_face_models_without_sdpa_stay_eager():
     assert load_model("hf:mpt:layers=1").module.config._attn_implementation == "eager"
     with pytest.raises(DlperfError) as err:

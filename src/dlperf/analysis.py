@@ -21,7 +21,16 @@ from .hardware import HardwareSpec
 from .hardware.calibration import layer_keys
 from .kernels.host import HostTimeline, issue_timeline
 from .kernels.losses import Loss
-from .kernels.pricing import CPU_FRESH_PAGES_BYTES, GemmRow, GemmTimer, Timing, time
+from .kernels.pricing import (
+    CPU_FRESH_PAGES_BYTES,
+    RANDOM_OPS,
+    GemmRow,
+    GemmTimer,
+    Timing,
+    first_touch_s,
+    random_s,
+    time,
+)
 from .kernels.roofline import arithmetic_intensity
 from .kinds import Bound, Category, LossKind, Phase
 from .ops import CATEGORIES, Cost, CostContext, Costed, costed, fallback
@@ -401,14 +410,20 @@ def _rows(
     for i, ((event, found), tensors, dtype, layer) in enumerate(
         zip(priced, inputs, dtypes, layers, strict=True)
     ):
-        touch = fresh[i] if fresh else 0
-        timing = time(found.cost, spec, dtype, timer, op=event.op, layer=layer, fresh_bytes=touch)
+        extra = _cpu_extra_s(event, fresh[i], spec) if fresh else 0.0
+        timing = time(found.cost, spec, dtype, timer, op=event.op, layer=layer, cpu_extra_s=extra)
         row = op_row(event, tensors, found, timing, dtype, event.op not in unsupported)
         if event.info:
             row.host_ops = event.info.get("host_ops", 1)
             row.host_sync = event.info.get("host_sync", False)
         rows.append(row)
     return rows
+
+
+def _cpu_extra_s(event, fresh_bytes: int, spec: HardwareSpec) -> float:
+    """What a CPU adds to the op's kernel: its fresh pages and random numbers."""
+    drawn = event.outputs[0].numel if event.packet in RANDOM_OPS and event.outputs else 0
+    return first_touch_s(fresh_bytes, spec) + random_s(drawn, spec)
 
 
 def _fresh_page_bytes(events: list) -> list[int]:

@@ -2,10 +2,10 @@
 
 The probe measures what this machine achieves (matmul FLOP/s per dtype, a
 streaming add's bandwidth, the rate the OS hands out fresh pages for a large
-new tensor, the CPU flash attention kernel's rate, the cost of one tiny call,
-the host's cost per op of an eager training step, how convolutions fall short
-of the matmul rate);
-the spec's rate efficiencies are therefore 1. It keeps to a time budget
+new tensor, the CPU flash attention kernel's rate, dropout's random numbers,
+the cost of one tiny call, the host's cost per op of an eager training step,
+how convolutions fall short of the matmul rate); the spec's rate efficiencies
+are therefore 1. It keeps to a time budget
 (PROBE_BUDGET_S, seconds) and says what it measures on stderr. The result is
 cached as JSON in the user's cache directory (DLPERF_CACHE_DIR overrides it),
 keyed by the machine and torch.
@@ -33,8 +33,8 @@ from ..errors import DlperfError
 from .spec import HardwareSpec, spec_from_dict
 
 # 4: the cache keeps when, under what load, and a quick matmul's rate; 5: fresh pages'
-# rate; 6: the CPU flash attention kernel's rate
-PROBE_VERSION = 6
+# rate; 6: the CPU flash attention kernel's rate; 7: dropout's random numbers
+PROBE_VERSION = 7
 QUICK_SIZE = 256  # the matmul measured on each use
 QUICK_BUDGET_S = 0.1
 QUICK_TOLERANCE = 1.3  # a rate off by more than this factor disagrees
@@ -89,10 +89,11 @@ _SHARES = {
     "bf16": 0.1,
     "stream": 0.1,
     "touch": 0.03,
+    "random": 0.02,
     "latency": 0.05,
     "eager": 0.12,
     "attention": 0.05,
-    "conv": 0.2,
+    "conv": 0.18,
 }
 
 
@@ -164,6 +165,8 @@ def probe_cpu(budget_s: float | None = None, progress=None) -> dict:
     say(f"  streaming add: {bandwidth / 1e9:.1f} GB/s, {cached / 1e9:.1f} GB/s in cache")
     touch = probe.first_touch_bytes_per_s(budget_s=budget * _SHARES["touch"])
     say(f"  fresh pages of a large new tensor: {touch / 1e9:.1f} GB/s")
+    drawn = probe.random_elements_per_s(budget_s=budget * _SHARES["random"])
+    say(f"  dropout's random numbers: {1e9 / drawn:.1f} ns each")
     latency = probe.call_latency_s(budget_s=budget * _SHARES["latency"])
     per_op = probe.eager_step_s_per_op(budget_s=budget * _SHARES["eager"])
     # a recorded op pays its kernel's latency in the model already; the rest is the host's
@@ -195,6 +198,7 @@ def probe_cpu(budget_s: float | None = None, progress=None) -> dict:
             "conv_reduction_knee": knee,
             "llc_streaming_speedup": speedup,
             "first_touch_bytes_per_s": touch,
+            "random_elements_per_s": drawn,
             "attention_flash_forward_efficiency": attention[0],
             "attention_flash_backward_efficiency": attention[1],
         },

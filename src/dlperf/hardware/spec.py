@@ -124,6 +124,9 @@ class Efficiency:
     # large tensor (`pricing.first_touch_s`); 0: no such cost (a GPU's caching
     # allocator reuses its blocks).
     first_touch_bytes_per_s: float
+    # Random numbers per second a CPU's generator draws for dropout's mask
+    # (`pricing.random_s`); 0: not limiting (a GPU's Philox keeps up with memory).
+    random_elements_per_s: float
     # Bytes per SM a persistent kernel keeps on chip (the register file: 256 KiB per
     # SM from Maxwell on); a batch norm whose tensor fits in all SMs' share makes one pass.
     on_chip_bytes_per_sm: float

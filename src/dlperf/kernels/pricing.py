@@ -303,7 +303,11 @@ def _attention(cost: Cost, spec: HardwareSpec, timer: GemmTimer, eager: bool) ->
         backend, why = choose_backend(spec, shape, shape.requested)
         notes.append(f"attention: {backend}, {KERNEL_NAMES[backend]} ({why})")
         if backend == "math":
-            parts.append(_gemms(math_cost(spec, shape), spec, timer, eager, []))
+            found = _gemms(math_cost(spec, shape), spec, timer, eager, [])
+            if shape.dropout and shape.phase == "forward":  # its mask, drawn per score
+                scores = shape.batch * shape.heads * shape.q_len * shape.kv_len
+                found = found._replace(seconds=found.seconds + random_s(scores, spec))
+            parts.append(found)
         else:
             parts.append(_fused_attention(shape, backend, spec, eager))
     seconds, math_s, memory_s, latency_s, moved = (
@@ -333,6 +337,19 @@ def first_touch_s(fresh_bytes: float, spec: HardwareSpec) -> float:
     return fresh_bytes / rate if spec.kind == "cpu" and rate > 0 and fresh_bytes else 0.0
 
 
+# Ops that draw a random number per element: dropout's mask on a CPU. PyTorch's CPU
+# generator makes them one at a time, far below the streaming rate; a GPU's Philox
+# kernels keep up with memory, so its ops stay memory-bound.
+RANDOM_OPS = ("aten.bernoulli_", "aten.bernoulli")
+
+
+def random_s(elements: float, spec: HardwareSpec) -> float:
+    """Time a CPU spends drawing `elements` random numbers at its probed rate
+    (`efficiency.random_elements_per_s`; 0 on a GPU)."""
+    rate = spec.efficiency.random_elements_per_s
+    return elements / rate if spec.kind == "cpu" and rate > 0 and elements else 0.0
+
+
 def time(
     cost: Cost,
     spec: HardwareSpec,
@@ -341,7 +358,7 @@ def time(
     eager: bool = True,
     op: str | None = None,
     layer: str | None = None,
-    fresh_bytes: float = 0.0,
+    cpu_extra_s: float = 0.0,
 ) -> Timing:
     """The time of one costed op on `spec`.
 
@@ -352,8 +369,9 @@ def time(
     (`dlperf gemm`) has none. An op of one GEMM gets exactly that GEMM's verdict.
     A spec calibrated on a trace corrects the time by the kernel's class, by
     `op` (the event's name) or by `layer` (`calibration.layer_keys`) where
-    the trace measured that op or that very layer. `fresh_bytes` are the
-    op's outputs a CPU allocates as new pages (`first_touch_s`).
+    the trace measured that op or that very layer. `cpu_extra_s` is what a CPU
+    adds to the op's kernel: its new outputs' fresh pages (`first_touch_s`)
+    and its random numbers (`random_s`).
     """
     timer = timer or GemmTimer(spec)
     if cost.attention:
@@ -367,9 +385,8 @@ def time(
             found = _gemms(cost, spec, timer, eager, hints)
         else:
             found = _streaming(cost, spec, runnable_dtype(dtype, spec), timer, eager, hints)
-    touch = first_touch_s(fresh_bytes, spec)
-    if touch:
-        found = found._replace(seconds=found.seconds + touch)
+    if cpu_extra_s:
+        found = found._replace(seconds=found.seconds + cpu_extra_s)
     if spec.calibration is None or not found.seconds:
         return found
     seconds = spec.calibration.seconds(

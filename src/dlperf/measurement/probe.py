@@ -120,6 +120,14 @@ def first_touch_bytes_per_s(tensor_bytes: int = 64 * 2**20, budget_s: float = 0.
     return count * 4 / extra if extra > 0 else 0.0
 
 
+def random_elements_per_s(budget_s: float = 0.3) -> float:
+    """Rate of dropout's random mask on this CPU: `bernoulli_` over 4M elements
+    (PyTorch's CPU generator draws them one at a time)."""
+    x = torch.empty(2**22)
+    m = time_callable(lambda: x.bernoulli_(0.9), warmup=1, repeats=5, budget_s=budget_s)
+    return x.numel() / m.min_s
+
+
 def call_latency_s(device: str = "cpu", budget_s: float = 0.5) -> float:
     """Time of one framework call that does almost nothing."""
     x = torch.ones(1, device=device)
