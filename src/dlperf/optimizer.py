@@ -352,12 +352,18 @@ FOREACH_SINCE = (2, 0)
 _CLIP_SCALARS = 5
 
 
-def _foreach_by_default(spec) -> bool:
+def _torch_since(spec, version: tuple[int, int]) -> bool:
     """Whether the spec's PyTorch (`--torch-version`, else the installed one)
-    runs optimizers and clipping as foreach ops unless told otherwise."""
+    is `version` or later."""
     from .kernels.attention import torch_version
 
-    return torch_version(spec)[:2] >= FOREACH_SINCE
+    return torch_version(spec)[:2] >= version
+
+
+def _foreach_by_default(spec) -> bool:
+    """Whether the spec's PyTorch runs optimizers and clipping as foreach ops
+    unless told otherwise."""
+    return _torch_since(spec, FOREACH_SINCE)
 
 
 # nn.Module.zero_grad and Optimizer.zero_grad set the gradients to None by
@@ -371,10 +377,8 @@ def zero_grad_cost(trace: Trace, spec=None) -> tuple[OpEvent, Costed] | None:
     default (`--torch-version`): before 2.0, a loop that zeroes each gradient
     in place (a fill kernel writing it, and a framework call, per parameter);
     None from 2.0, where the gradients are dropped instead."""
-    from .kernels.attention import torch_version
-
     n = trace.trainable_params
-    if not n or torch_version(spec)[:2] >= SET_TO_NONE_SINCE:
+    if not n or _torch_since(spec, SET_TO_NONE_SINCE):
         return None
     tensors = sum(1 for s in trace.trained_shapes if math.prod(s) > 0)
     event = _step_event("zero_grad", params=n, host_ops=tensors, style="per-tensor")

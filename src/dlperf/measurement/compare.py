@@ -25,6 +25,7 @@ from ..kinds import module_at_depth
 from ..optimizer import step_style
 from .kineto import Kernel, TraceData, busy_time_us, kernel_spans
 from .trace_match import (
+    FUSED_OPTIMIZER_CALL,
     OPTIMIZER,
     Call,
     anchored_calls,
@@ -309,8 +310,6 @@ def _notes(rows: list, taken: list, calls: list[Call]) -> list[str]:
     return []
 
 
-# A fused optimizer's own op in a trace (torch.optim's fused=True, CUDA or CPU)
-_FUSED_STEP = re.compile(r"^aten::_fused_(\w+?)_$")
 # torch.optim's foreach Adam(W) update (a model's own code rarely runs these)
 _ADAM_FOREACH = ("aten::_foreach_lerp_", "aten::_foreach_addcdiv_")
 
@@ -322,7 +321,8 @@ def _optimizer_notes(analysis, data: TraceData) -> list[str]:
     name = analysis.optimizer if analysis.training else None
     if not name or not any(r.op.startswith("optimizer.") for r in analysis.rows):
         return []
-    fused = sorted({m.group(1) for op in data.cpu_ops if (m := _FUSED_STEP.match(op["name"]))})
+    ran = (FUSED_OPTIMIZER_CALL.match(op["name"]) for op in data.cpu_ops)
+    fused = sorted({m.group(1) for m in ran if m})
     priced = step_style(name, analysis.spec)
     if fused and priced != "fused":
         fix = "--optimizer adamw-fused" if "adamw" in fused else "the optimizer that ran"

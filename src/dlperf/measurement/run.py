@@ -103,18 +103,19 @@ def adamw_as_run(device: str) -> str:
     return "adamw-fused"
 
 
-def _adamw(model: nn.Module, device: str) -> torch.optim.Optimizer | None:
-    """AdamW as `adamw_as_run` names it, over the model's trainable weights."""
+def _adamw(model: nn.Module, name: str) -> torch.optim.Optimizer | None:
+    """AdamW as the prediction priced it (`name`: "adamw-fused" or "adamw", as
+    `adamw_as_run` picks), over the model's trainable weights."""
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         return None  # nothing to train: the step is forward and backward
-    return torch.optim.AdamW(params, fused=adamw_as_run(device) == "adamw-fused")
+    return torch.optim.AdamW(params, fused=name == "adamw-fused")
 
 
-def _step_fn(model, inputs, training: bool, autocast_dtype, device: str):
+def _step_fn(model, inputs, training: bool, autocast_dtype, device: str, optimizer_name: str):
     from ..tracing import _loss_of
 
-    optimizer = _adamw(model, device) if training else None
+    optimizer = _adamw(model, optimizer_name) if training else None
     args, kwargs = (
         ((), inputs)
         if isinstance(inputs, dict)
@@ -189,7 +190,7 @@ def measure_model(
     autocast = precision_policy.autocast_dtype if precision_policy else None
     if precision_policy and precision_policy.param_dtype != torch.float32:
         model = model.to(precision_policy.param_dtype)
-    step = _step_fn(model, data, training, autocast, device)
+    step = _step_fn(model, data, training, autocast, device, analysis.optimizer)
     sync = torch.cuda.synchronize if device == "cuda" else None
     for _ in range(warmup):
         step()

@@ -41,9 +41,9 @@ ALIASES = {
 # One optimizer row stands for every call of the step's optimizer phase: the
 # update, GradScaler's unscale and gradient clipping (their multi-tensor calls).
 OPTIMIZER = "(optimizer)"
-_OPTIMIZER_CALLS = re.compile(
-    r"^aten::(_fused_(adamw?|sgd|adagrad)_?|_foreach_\w+|_amp_foreach_\w+|_amp_update_scale_)$"
-)
+# torch.optim's fused optimizers' own op (fused=True), the optimizer's name in group 1
+FUSED_OPTIMIZER_CALL = re.compile(r"^aten::_fused_(adamw?|sgd|adagrad)_?$")
+_MULTI_TENSOR_CALLS = re.compile(r"^aten::(_foreach_\w+|_amp_foreach_\w+|_amp_update_scale_)$")
 # The optimizer phase's rows besides the update itself (`optimizer.py`)
 _STEP_ROWS = ("amp.grad_scaler", "clip_grad_norm", "zero_grad")
 
@@ -80,7 +80,7 @@ _ATTENTION_CALLS = (
 
 
 def canonical(name: str) -> str:
-    if _OPTIMIZER_CALLS.match(name):
+    if FUSED_OPTIMIZER_CALL.match(name) or _MULTI_TENSOR_CALLS.match(name):
         return OPTIMIZER
     for pattern, own in _ATTENTION_CALLS:
         if pattern.match(name):
