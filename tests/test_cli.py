@@ -289,44 +289,18 @@ def test_readme_flags_and_choices_exist():
     assert checked >= 15  # the README names many flags: the scan found them
 
 
-def test_model_options_feed_keywords_the_api_takes():
-    """The shared model options name API keywords; each verb's handler passes
-    them less those it omits, and each API function takes what it is given."""
-    import inspect
-
-    import dlperf
-    from dlperf.cli.options import model_options
-    from dlperf.run import resolve
+def test_run_options_build_a_config_each_verb_accepts():
+    """Each verb's parsed options build a `RunConfig` (every `api=` name is a
+    field of it) that passes the verb's own check with the defaults."""
+    from dlperf.cli.options import run_options
+    from dlperf.run_config import APPLIES, RunConfig
 
     _, verbs = _verb_parsers()
-    args = verbs["analyze"].parse_args(["hf:gpt2"])
-    given = set(model_options(args))
-    assert {"model", "inputs", "gpu", "precision", "training", "batch", "seq_len"} <= given
-    for function, omitted in [
-        (resolve, ()),
-        (dlperf.analyze, ()),
-        (dlperf.advise, ()),
-        (dlperf.memory, ("training",)),
-        (dlperf.plan, ("training", "batch")),
-        (
-            dlperf.measure,
-            (
-                "optimizer",
-                "attention",
-                "checkpoint",
-                "compile",
-                "cuda_graphs",
-                "loss",
-                "reduce_dtype",
-                "sparsity",
-                "clip_grad",
-                "channels_last",
-            ),
-        ),
-    ]:
-        takes = set(inspect.signature(function).parameters)
-        assert set(model_options(args, omitted)) <= takes, function.__name__
-        assert given - set(omitted) == set(model_options(args, omitted))
+    for verb in APPLIES:
+        args = verbs[verb].parse_args(["hf:gpt2"])
+        options = run_options(args)
+        assert options["model"] == "hf:gpt2"
+        RunConfig.build(**options).check(verb)
 
 
 def test_cli_modules_print_nothing():

@@ -2,6 +2,10 @@
 
 The public API (names are a contract, see docs/design.md):
 
+- `RunConfig`: the run as one value (model and inputs, device, precision,
+  the step, the parallel plan, the serving engine), taken by every function
+  below (`analyze(model, RunConfig.build(gpu="h100"))`; keywords build one);
+  `RunConfig.from_file(path)` reads a framework's config file.
 - `gpu(name_or_path)` / `gpus()`: hardware specs from the bundled catalogue,
   a user's TOML/JSON spec file, or "cpu" for the probed local machine.
 - `gemm(m, n, k, dtype=..., gpu=..., batch=1)`: the GEMM performance model.
@@ -45,12 +49,14 @@ from .api import profile_trace as trace
 from .errors import DlperfError
 from .hardware import HardwareSpec, gpu, gpus
 from .kernels.gemm import GemmResult, gemm
+from .run_config import RunConfig
 
 __all__ = [
     "Analysis",
     "DlperfError",
     "GemmResult",
     "HardwareSpec",
+    "RunConfig",
     "advise",
     "analyze",
     "calibrate_trace",

@@ -3,18 +3,30 @@ handing off to one module."""
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from .analysis import Analysis
 from .errors import DlperfError
-from .hardware import HardwareSpec
+from .hardware import HardwareSpec, resolve_id
 from .hardware import gpu as get_gpu
+from .measurement.calibrate import calibrated_document, write_spec
+from .measurement.compare import compare_trace
+from .measurement.kineto import read_trace
+from .measurement.ranks import RankComparison, rank_traces
+from .measurement.run import adamw_as_run, measure_model
+from .measurement.trace_fit import fit_calibration
+from .measurement.trace_report import analyze_profile
+from .parallel import plan_report
 from .precision import resolve_for
-from .run import Run, Session, refuse_reduce_dtype, resolve, resolve_model
+from .rendering.html import render
+from .run import Run, Session, resolve, resolve_model, run_config
+from .run_config import RunConfig
+from .training_memory import memory_report
 
 __all__ = [
     "analyze",
@@ -24,6 +36,7 @@ __all__ = [
     "profile_trace",
     "report",
     "resolve_model",
+    "RunConfig",
     "serve",
 ]
 
@@ -31,25 +44,13 @@ __all__ = [
 def analyze(
     model: nn.Module | str | Run,
     inputs=None,
-    gpu: str | HardwareSpec = "a100-sxm4-80gb",
-    precision: str = "fp32",
-    training: bool = True,
-    batch: int | None = None,
-    seq_len: int | None = None,
-    optimizer: str = "adamw",
+    config: RunConfig | None = None,
+    *,
     progress: Callable[[int], None] | None = None,
     session: Session | None = None,
-    attention: str = "auto",
-    checkpoint: str = "none",
-    compile: bool = False,
-    cuda_graphs: bool = False,
-    loss: str = "eager",
-    reduce_dtype: str | None = None,
-    sparsity: str | None = None,
-    clip_grad: bool = False,
-    channels_last: bool = False,
+    **options,
 ) -> Analysis:
-    """Predict every op of one training (or inference) step of `model` on `gpu`.
+    """Predict every op of one training (or inference) step of `model`.
 
     `model` is an nn.Module (real weights or built on the meta device), a
     name such as "torchvision:resnet50" or "hf:gpt2", or a resolved `Run`;
@@ -57,234 +58,112 @@ def analyze(
     or meta), shapes as text ("8x3x224x224"), or None for a named model's
     default inputs. Nothing is allocated and the model is not changed: it
     runs on fake tensors. A `session` shared between calls traces once.
-    The way the step runs: `attention` ("auto", "flash", "efficient",
-    "cudnn", "math", "eager"), `checkpoint` ("none", "full", "selective",
-    "every:K"), `compile` (torch.compile), `cuda_graphs`, and a language
-    model's `loss` ("eager": its own code, "fused": a fused cross-entropy
-    kernel, "chunked": a chunked linear cross-entropy; `tracing.losses`).
-    `reduce_dtype` is refused: one GPU's step reduces no gradients (`plan`).
-    `sparsity` "2:4" prunes the linear layers' weights and runs their forward
-    and input-gradient GEMMs on the sparse Tensor Cores (`ops/sparse.py`).
-    `clip_grad` adds `clip_grad_norm_` before the optimizer step;
-    `channels_last` traces a copy of the model and its image inputs in NHWC.
+
+    The run is `config` (a `RunConfig`, which may also come second:
+    `analyze(model, config)`) with `options` laid over it, the keywords of
+    `RunConfig.build`: gpu, precision, training, batch, seq_len, optimizer,
+    attention ("auto", "flash", "efficient", "cudnn", "math", "eager", ...),
+    checkpoint ("none", "full", "selective", "selective-op", "every:K"),
+    compile, cuda_graphs, loss ("eager", "fused", "chunked"), sparsity
+    ("2:4"), clip_grad, channels_last, power_limit, torch_version ...
+    Options of other verbs (a plan's degrees, serving's engine) are refused.
     """
-    refuse_reduce_dtype(reduce_dtype)
-    run = resolve(
-        model,
-        inputs,
-        gpu=gpu,
-        precision=precision,
-        training=training,
-        optimizer=optimizer,
-        batch=batch,
-        seq_len=seq_len,
-        attention=attention,
-        checkpoint=checkpoint,
-        compile=compile,
-        cuda_graphs=cuda_graphs,
-        loss=loss,
-        sparsity=sparsity,
-        clip_grad=clip_grad,
-        channels_last=channels_last,
-    )
+    run = resolve(model, inputs, config, verb="analyze", **options)
     return (session or Session()).analysis(run, progress)
 
 
 def memory(
     model,
     inputs=None,
-    gpu: str | HardwareSpec = "a100-sxm4-80gb",
-    precision: str = "auto",
-    optimizer: str = "adamw",
-    checkpoint: str = "none",
+    config: RunConfig | None = None,
+    *,
     accumulate: int = 1,
     fit: bool = False,
-    batch: int | None = None,
-    seq_len: int | None = None,
     session: Session | None = None,
-    attention: str = "auto",
-    compile: bool = False,
-    cuda_graphs: bool = False,
-    loss: str = "eager",
-    reduce_dtype: str | None = None,
-    sparsity: str | None = None,
-    clip_grad: bool = False,
-    channels_last: bool = False,
+    **options,
 ):
     """Memory of one training step per GPU: weights, gradients, optimizer
     states, saved activations (by module), transients, overhead, and the peak.
 
-    `checkpoint` is none, full, selective, selective-op or every:K (over the
-    model's repeated blocks); `attention`, `compile`, `cuda_graphs`, `loss`,
-    `clip_grad` and `channels_last` as for `analyze`; `accumulate` splits the
-    batch into that many micro-batches; `fit` also finds the largest batch
-    (and sequence length) that fits the GPU: `max_batch` is 0 when not even
-    one sample fits (None without `fit`).
+    The run as for `analyze`; `accumulate` splits the batch into that many
+    micro-batches; `fit` also finds the largest batch (and sequence length)
+    that fits the GPU: `max_batch` is 0 when not even one sample fits (None
+    without `fit`).
     """
-    from .training_memory import memory_report
-
-    refuse_reduce_dtype(reduce_dtype)
-    run = resolve(
-        model,
-        inputs,
-        gpu=gpu,
-        precision=precision,
-        optimizer=optimizer,
-        batch=batch,
-        seq_len=seq_len,
-        attention=attention,
-        checkpoint=checkpoint,
-        compile=compile,
-        cuda_graphs=cuda_graphs,
-        loss=loss,
-        sparsity=sparsity,
-        clip_grad=clip_grad,
-        channels_last=channels_last,
-    )
+    run = resolve(model, inputs, config, verb="memory", **options)
+    if not run.training:
+        raise DlperfError("memory sizes a training step; for inference use dlperf serve")
     return memory_report(run, session or Session(), run.checkpoint, accumulate, fit)
 
 
-def plan(
-    model,
-    inputs=None,
-    gpu: str | HardwareSpec = "h100-sxm5-80gb",
-    gpus: int = 8,
-    gpus_per_node: int = 8,
-    global_batch: int | None = None,
-    micro_batch: int | None = None,
-    precision: str = "auto",
-    optimizer: str = "adamw",
-    node_network_bytes_per_s: float | None = None,
-    seq_len: int | None = None,
-    measured_interconnect: dict | None = None,
-    session: Session | None = None,
-    dp: int | None = None,
-    tp: int | None = None,
-    pp: int | None = None,
-    sharding: str | None = None,
-    attention: str = "auto",
-    checkpoint: str | None = None,
-    compile: bool = False,
-    cuda_graphs: bool = False,
-    cp: int | None = None,
-    ep: int | None = None,
-    schedule: str | None = None,
-    sequence_parallel: bool | None = None,
-    loss: str = "eager",
-    reduce_dtype: str | None = None,
-    sparsity: str | None = None,
-    clip_grad: bool = False,
-    channels_last: bool = False,
-):
+def plan(model, inputs=None, config: RunConfig | None = None, *,
+         session: Session | None = None, **options):  # fmt: skip
     """Price and rank parallel plans of `model` on `gpus` GPUs: memory per GPU,
     compute, collectives (bytes, time, exposed time), step time, throughput
     and MFU. Only plans that fit are ranked (fastest first); when none fits,
     the nearest are shown with what would make each fit.
 
-    Any dimension given is fixed, the others searched: `dp`, `tp`, `pp`, `cp`
-    (context parallelism), `ep` (expert parallelism, MoE models), `sharding`
-    (none, zero1, zero2, fsdp = ZeRO-3, hsdp = sharded within a node),
-    `schedule` (gpipe, 1f1b, interleaved:V), `sequence_parallel`, and
-    `checkpoint` (none, full, selective, every:K; None searches none,
-    selective and full). `reduce_dtype` (fp32, the default, or bf16) is the
-    dtype sharded data parallelism reduce-scatters gradients in. The
-    micro-batch is traced, not searched: given, or the inputs' batch (1 for a
-    named model's default inputs)."""
-    from .parallel import Fixed, plan_report
-
-    if gpus < 1 or gpus_per_node < 1:
-        raise DlperfError("--gpus and --gpus-per-node must be positive")
-    if node_network_bytes_per_s is not None and not 0 < node_network_bytes_per_s < math.inf:
-        raise DlperfError("the inter-node network bandwidth must be a positive number")
-    for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)):
-        if value is not None and value < 1:
-            raise DlperfError(f"--{name} must be a positive whole number")
-    fixed = Fixed(dp, tp, pp, cp, ep, sharding, schedule, sequence_parallel)
-    # The default inputs are traced at the micro-batch (1 unless given).
-    default_batch = (micro_batch or 1) if inputs is None else None
-    run = resolve(
-        model,
-        inputs,
-        gpu=gpu,
-        precision=precision,
-        optimizer=optimizer,
-        batch=default_batch,
-        seq_len=seq_len,
-        attention=attention,
-        checkpoint=checkpoint or "none",
-        compile=compile,
-        cuda_graphs=cuda_graphs,
-        loss=loss,
-        reduce_dtype=reduce_dtype,
-        sparsity=sparsity,
-        clip_grad=clip_grad,
-        channels_last=channels_last,
-    )
-    return plan_report(
-        run,
-        session or Session(),
-        gpus,
-        gpus_per_node,
-        global_batch,
-        micro_batch or run.batch,
-        node_network_bytes_per_s,
-        measured_interconnect,
-        fixed=fixed,
-        checkpoint=checkpoint,
-    )
+    The run as for `analyze`, and the plan (`ParallelConfig`): gpus,
+    gpus_per_node, global_batch, micro_batch, node_network_bytes_per_s,
+    measured_interconnect; any dimension given is fixed, the others
+    searched: `dp`, `tp`, `pp`, `cp` (context parallelism), `ep` (expert
+    parallelism, MoE models), `sharding` (none, zero1, zero2, fsdp = ZeRO-3,
+    hsdp = sharded within a node), `schedule` (gpipe, 1f1b, interleaved:V),
+    `sequence_parallel`, and `checkpoint` (none, full, selective, every:K;
+    not given: none, selective and full are searched). `reduce_dtype` (fp32,
+    the default, or bf16) is the dtype sharded data parallelism
+    reduce-scatters gradients in. The micro-batch is traced, not searched:
+    given, or the inputs' batch (1 for a named model's default inputs)."""
+    config = run_config(inputs, config, **options)
+    par = config.parallel
+    micro = par.micro_batch or config.model.batch
+    if config.model.inputs is None:  # the default inputs, at the micro-batch
+        config = RunConfig.build(config, batch=micro or 1)
+    run = resolve(model, config=config, verb="plan")
+    return plan_report(run, session or Session(), micro or run.batch)
 
 
 def profile_trace(path, gpu: str | HardwareSpec | None = None):
     """Read a PyTorch profiler trace of a real GPU run (`dlperf trace`)."""
-    from .measurement.trace_report import analyze_profile
-
     return analyze_profile(path, gpu)
 
 
-def compare(model, trace, inputs=None, gpu: str | HardwareSpec | None = None, **options):
+def compare(model, trace, inputs=None, config: RunConfig | None = None, **options):
     """The model's predicted ops beside a profiler trace of its run (`dlperf compare`).
 
     `trace` is a torch.profiler Chrome trace (.json or .json.gz) of the same
-    model run as `options` describe it (those of `analyze`: batch, seq_len,
-    precision, training, ...), or a folder of one trace per rank of one run.
-    `gpu` defaults to the device the trace names (the probed CPU for a trace
-    of a CPU run). Returns a `Comparison`, or for a folder a `RankComparison`.
+    model run as the run (`config` and `options`, as for `analyze`)
+    describes it, or a folder of one trace per rank of one run. The GPU
+    defaults to the device the trace names (the probed CPU for a trace of a
+    CPU run). Returns a `Comparison`, or for a folder a `RankComparison`.
     """
-    from .measurement.compare import compare_trace
-    from .measurement.ranks import RankComparison, rank_traces
-
+    config = run_config(inputs, config, **options)
     paths = rank_traces(trace)
     comparisons, session = [], Session()
     for path in paths:
         data = read_profile(path)
-        spec = trace_device(data, gpu)
-        analysis = analyze(model, inputs, gpu=spec, session=session, **options)
-        comparisons.append(compare_trace(analysis, data))
+        on = RunConfig.build(config, gpu=trace_device(data, config.device.gpu))
+        comparisons.append(compare_trace(analyze(model, on, session=session), data))
     if len(paths) == 1 and not Path(trace).is_dir():
         return comparisons[0]
     return RankComparison(str(trace), comparisons)
 
 
-def calibrate_trace(trace, model, out, inputs=None, gpu=None, **options):
+def calibrate_trace(trace, model, out, inputs=None, config: RunConfig | None = None, **options):
     """Fit the device's corrections from a profiler trace of `model`'s run and
     write them as a spec file at `out` (`dlperf calibrate --trace`).
 
-    The model options (`options`, as for `analyze`) must describe the run the
-    trace recorded. `gpu` names the catalogue device it extends (default: the
-    one the trace names; the probed CPU for a trace with no kernels). Returns
-    the loaded spec: `--gpu OUT` on every verb prices with it.
+    The run (`config` and `options`, as for `analyze`) must describe the run
+    the trace recorded. Its GPU names the catalogue device the fit extends
+    (default: the one the trace names; the probed CPU for a trace with no
+    kernels). Returns the loaded spec: `--gpu OUT` on every verb prices with it.
     """
-    import dataclasses
-
-    from .measurement.calibrate import calibrated_document, write_spec
-    from .measurement.compare import compare_trace
-    from .measurement.trace_fit import fit_calibration
-
+    config = run_config(inputs, config, **options)
     data = read_profile(one_trace(trace, "calibrate --trace"))
-    base = trace_device(data, gpu)
+    base = trace_device(data, config.device.gpu)
     if base.calibration is not None:  # fit against the model, not an earlier fit
         base = dataclasses.replace(base, calibration=None)
-    analysis = analyze(model, inputs, gpu=base, **options)
+    analysis = analyze(model, RunConfig.build(config, gpu=base))
     comparison = compare_trace(analysis, data)
     calibration, overrides = fit_calibration(analysis, comparison, data)
     return write_spec(calibrated_document(base, calibration, overrides), out)
@@ -302,16 +181,12 @@ def one_trace(path, verb: str):
 
 def read_profile(path):
     """A profiler trace as data (`measurement.kineto.TraceData`); nothing runs."""
-    from .measurement.kineto import read_trace
-
     return read_trace(path)
 
 
 def trace_device(data, gpu: str | HardwareSpec | None = None) -> HardwareSpec:
     """The device a trace ran on: `gpu` when given, else the GPU its
     deviceProperties name, else the probed CPU for a trace with no kernels."""
-    from .hardware import resolve_id
-
     if not data.kernels and data.device_name:
         raise DlperfError(
             f"{data.path} ran on {data.device_name} but holds no GPU kernels: record it with "
@@ -332,49 +207,46 @@ def trace_device(data, gpu: str | HardwareSpec | None = None) -> HardwareSpec:
 def measure(
     model,
     inputs=None,
+    config: RunConfig | None = None,
+    *,
     device: str = "cpu",
-    precision: str = "auto",
-    training: bool = True,
-    batch: int | None = None,
-    seq_len: int | None = None,
     steps: int = 3,
-    gpu: str | None = None,
     trace_out=None,
+    **options,
 ):
     """Run the model for real on `device` and compare each op with its prediction.
 
     `trace_out` writes the profiled steps as a torch.profiler Chrome trace
     (`.json`; `.json.gz` compressed), which `compare` and `calibrate_trace` read.
 
+    The run (`config` and `options`) is the model as written: its inputs,
+    batch, seq_len, precision and training; the step runs eagerly, so the
+    ways a step can run (checkpoint, compile, attention ...) are refused.
     The prediction uses the device's own spec (the CPU is probed once), or on
     the CPU a spec file of it that `dlperf calibrate` wrote (`gpu`). The model
     and inputs given are not changed: a copy runs. `gpu` is refused unless it
     describes the device at hand: nothing runs on a GPU that is not here.
     `precision` "auto" resolves as `analyze` resolves it (fp32 on a CPU).
     """
-    from .measurement.run import measure_model
-
     if device not in ("cpu", "cuda"):
         raise DlperfError(f"unknown device {device!r}; use cpu or cuda")
-    cpu_spec = _measured_cpu(gpu, device)
-    loaded = resolve_model(model, inputs, batch, seq_len)
+    config = run_config(inputs, config, **options).check("measure")
+    how = config.model
+    cpu_spec = _measured_cpu(config.device.gpu, device)
+    loaded = resolve_model(model if model is not None else how.model, how.inputs, how.batch,
+                           how.seq_len)  # fmt: skip
     name, module, inputs = loaded.name, loaded.module, loaded.inputs
     if device == "cpu":
         spec = cpu_spec
     else:
-        import torch
-
         if not torch.cuda.is_available():
             raise DlperfError("no CUDA device here; use --device cpu")
-        from .hardware import resolve_id
-
         found = resolve_id(torch.cuda.get_device_name())
         if not found:
             raise DlperfError("this GPU is not in the catalogue; run `dlperf calibrate` first")
         spec = get_gpu(found)
-    policy = resolve_for(spec, precision)
-    from .measurement.run import adamw_as_run
-
+    training = config.step.training
+    policy = resolve_for(spec, config.precision.precision)
     # priced as the step runs it: fused AdamW where this PyTorch has it
     optimizer = adamw_as_run(device)
     predicted = analyze(
@@ -419,10 +291,6 @@ def report(
     `serving` is a `dlperf.serving.sweep.serving_sweep(run)` result: the
     Serving section (a decoder's latency and throughput against the batch
     size, the memory limit marked), or the line saying why it is absent."""
-    from pathlib import Path
-
-    from .rendering.html import render
-
     page = render(analysis, memory, advice, measurement, serving, comparison)
     try:
         Path(path).write_text(page)

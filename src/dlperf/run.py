@@ -23,31 +23,13 @@ from .hardware import HardwareSpec
 from .hardware import gpu as get_gpu
 from .kernels.attention import ALIASES as ATTENTION_KERNEL_ALIASES
 from .models import LoadedModel, load_model, parse_input
-from .optimizer import get_optimizer
-from .precision import AUTO, Precision, resolve_for, with_sparsity
-from .tracing import Trace, trace
-from .tracing.losses import LOSSES
+from .precision import Precision, resolve_for, with_sparsity
+from .run_config import DEFAULT_GPU, KEYWORDS, DeviceConfig, RunConfig
+from .tracing import Trace, repeated_blocks, trace
 from .tracing.splice import splice
-
-# The dtypes sharded data parallelism reduces gradients in: FSDP2's and
-# torchtitan's default fp32, or bf16 (FSDP's PURE mixed precision).
-REDUCE_DTYPES = ("fp32", "bf16")
-
-
-def refuse_reduce_dtype(reduce_dtype: str | None) -> None:
-    """A single GPU's step (analyze, memory, advise) reduces no gradients."""
-    if reduce_dtype is not None:
-        raise DlperfError(
-            f"--reduce-dtype {reduce_dtype} is how data parallelism reduces the gradients, and "
-            "one GPU's step reduces none: give it to dlperf plan, or drop it"
-        )
-
-
-# flash is FlashAttention-2 (also flash2); flash3, flash1 and triton are kernels
-# from outside PyTorch that a model's SDPA calls are priced as.
-ATTENTION = (
-    "auto", "flash", "flash2", "flash3", "flash1", "cudnn", "efficient", "triton", "math", "eager"
-)  # fmt: skip
+from .training_memory import parse_checkpoint, resize_inputs
+from .training_memory.report import saved_as_run
+from .training_memory.step import step_memory
 
 
 @dataclass(frozen=True)
@@ -71,6 +53,9 @@ class Run:
     # The run this one varies by a few modules (a fix of the advice): its
     # trace can be spliced rather than traced whole. Not part of its identity.
     base: Run | None = field(default=None, compare=False, repr=False)
+    # What the user asked for, before names were resolved (the plan's and the
+    # serving engine's options ride along in it).
+    config: RunConfig = field(default=RunConfig(), compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -113,73 +98,83 @@ class Run:
         )
 
 
-def resolve(
-    model,
-    inputs=None,
-    *,
-    gpu: str | HardwareSpec = "a100-sxm4-80gb",
-    precision: str | Precision = AUTO,
-    training: bool = True,
-    optimizer: str = "adamw",
-    batch: int | None = None,
-    seq_len: int | None = None,
-    attention: str = "auto",
-    checkpoint: str = "none",
-    compile: bool = False,
-    cuda_graphs: bool = False,
-    loss: str = "eager",
-    reduce_dtype: str | None = None,
-    sparsity: str | None = None,
-    clip_grad: bool = False,
-    channels_last: bool = False,
-) -> Run:
+def run_config(inputs=None, config: RunConfig | None = None, **options) -> RunConfig:
+    """The config of an API call: `config` (or the second positional argument,
+    `analyze(model, config)`) with the keywords and inputs given laid over it."""
+    if isinstance(inputs, RunConfig):
+        inputs, config = None, inputs
+    if inputs is not None:
+        options["inputs"] = inputs
+    return RunConfig.build(config, **options)
+
+
+def resolve(model, inputs=None, config: RunConfig | None = None, *, verb: str | None = None,
+            **options) -> Run:  # fmt: skip
     """The one place where a model name, input shapes, a GPU name and a
     precision name become values; every verb calls it (see `resolve_model`
-    for the forms `model` and `inputs` take). A `Run` passes through as it is.
+    for the forms `model` and `inputs` take). The run is `config` with the
+    keywords of `RunConfig.build` laid over it, checked for `verb`. A `Run`
+    passes through as it is, or re-resolved with other step options.
     """
     if isinstance(model, Run):
-        return model
-    if cuda_graphs and str(gpu).lower() in ("cpu", "local"):
-        raise _no_cuda_graphs()  # before the CPU is probed for nothing
-    spec = get_gpu(gpu)
-    policy = with_sparsity(spec, resolve_for(spec, precision, training), sparsity)
-    get_optimizer(optimizer)
-    if attention not in ATTENTION:
-        raise DlperfError(f"unknown attention {attention!r}; choose from: {', '.join(ATTENTION)}")
-    attention = ATTENTION_KERNEL_ALIASES.get(attention, attention)
-    from .training_memory import parse_checkpoint
+        return _re_resolved(model, inputs, config, verb, options)
+    config = run_config(inputs, config, **options).check(verb)
+    return _resolved(model if model is not None else config.model.model, config)
 
+
+def _re_resolved(run: Run, inputs, config, verb, options) -> Run:
+    if inputs is None and config is None and not options:
+        return run
+    changed = run_config(inputs, config or run.config, **options).check(verb)
+    if inputs is not None or any(KEYWORDS[k] == "model" for k in options):
+        raise DlperfError(
+            "a resolved run keeps its model and inputs: resolve the model again to change them"
+        )
+    return _resolved(run.model, changed, laid_out=True)
+
+
+def device_spec(device: DeviceConfig) -> HardwareSpec:
+    """The GPU of a run, configured by its settings (power limit, PyTorch, CUDA context)."""
+    return get_gpu(
+        DEFAULT_GPU if device.gpu is None else device.gpu,
+        power_limit=device.power_limit,
+        torch_version=device.torch_version,
+        cuda_context_mib=device.cuda_context_mib,
+    )
+
+
+def _resolved(model, config: RunConfig, laid_out: bool = False) -> Run:
+    how, step = config.model, config.step
+    device = config.device
+    if step.cuda_graphs and str(device.gpu).lower() in ("cpu", "local"):
+        raise _no_cuda_graphs()  # before the CPU is probed for nothing
+    spec = device_spec(device)
+    policy = resolve_for(spec, config.precision.precision, step.training)
+    policy = with_sparsity(spec, policy, config.precision.sparsity)
+    attention = ATTENTION_KERNEL_ALIASES.get(step.attention, step.attention)
+    checkpoint = step.checkpoint or "none"
     parse_checkpoint(checkpoint)  # a bad policy is refused before any tracing
-    if loss not in LOSSES:
-        raise DlperfError(f"unknown loss {loss!r}; choose from: {', '.join(LOSSES)}")
-    reduce_dtype = reduce_dtype or "fp32"
-    if reduce_dtype not in REDUCE_DTYPES:
-        raise DlperfError(
-            f"unknown --reduce-dtype {reduce_dtype!r}; choose from: {', '.join(REDUCE_DTYPES)}"
-        )
-    _refuse_ineffective(spec, training, checkpoint, cuda_graphs, loss)
-    if clip_grad and not training:
-        raise DlperfError(
-            "--clip-grad clips a training step's gradients; --infer has none: drop it"
-        )
-    loaded = resolve_model(model, inputs, batch, seq_len, attention)
-    if channels_last:
+    if step.cuda_graphs and spec.kind == "cpu":  # a CPU spec file, or a CPU's spec given
+        raise _no_cuda_graphs()
+    loaded = resolve_model(model, how.inputs, how.batch, how.seq_len, attention)
+    if how.channels_last and not laid_out:
         loaded = _in_channels_last(loaded)
     _refuse_idle_checkpoint(loaded, checkpoint)
     return Run(
         loaded,
         spec,
         policy,
-        training,
-        optimizer,
+        step.training,
+        step.optimizer,
         attention,
         checkpoint,
-        compile,
-        cuda_graphs,
-        loss,
-        reduce_dtype,
-        sparsity or "",
-        bool(clip_grad),
+        step.compile,
+        step.cuda_graphs,
+        step.loss,
+        config.parallel.reduce_dtype or "fp32",
+        config.precision.sparsity or "",
+        bool(step.clip_grad),
+        config=config,
     )
 
 
@@ -188,20 +183,6 @@ def resolve(
 
 def _no_cuda_graphs() -> DlperfError:
     return DlperfError("--cuda-graphs replays a GPU's kernels; a CPU runs none: drop it")
-
-
-def _refuse_ineffective(
-    spec: HardwareSpec, training: bool, checkpoint: str, cuda_graphs: bool, loss: str = "eager"
-):
-    if checkpoint != "none" and not training:
-        raise DlperfError(
-            f"--checkpoint {checkpoint} recomputes activations in backward, and an inference "
-            "pass (--infer) has none: drop it"
-        )
-    if loss != "eager" and not training:
-        raise DlperfError(f"--loss {loss} is a training step's loss; --infer has none: drop it")
-    if cuda_graphs and spec.kind == "cpu":  # a CPU spec file, or a CPU's spec given
-        raise _no_cuda_graphs()
 
 
 def _in_channels_last(loaded: LoadedModel) -> LoadedModel:
@@ -229,8 +210,6 @@ def _refuse_idle_checkpoint(loaded: LoadedModel, checkpoint: str) -> None:
     """`every:K` checkpoints every K-th repeated block: K past the count does nothing."""
     if not checkpoint.startswith("every:"):
         return
-    from .tracing import repeated_blocks
-
     k = int(checkpoint.split(":", 1)[1])
     blocks = len(repeated_blocks(loaded.module))
     if k > blocks:
@@ -243,9 +222,6 @@ def _refuse_idle_checkpoint(loaded: LoadedModel, checkpoint: str) -> None:
 def _step_memory(recorded: Trace, run: Run) -> dict:
     """Whether a training step fits its GPU: every verb that prices the step says
     so beside its time (a step that cannot run has no speed)."""
-    from .training_memory.report import saved_as_run
-    from .training_memory.step import step_memory
-
     saved = saved_as_run(recorded, run)
     peak = step_memory(saved, run.spec, run.optimizer, run.checkpoint).peak_bytes
     gpu = run.spec.memory_bytes
@@ -283,8 +259,6 @@ def resolve_model(model, inputs=None, batch=None, seq_len=None, attention="auto"
     elif inputs is None:
         inputs = loaded.inputs
         if loaded.family == "user" and inputs is not None and (batch or seq_len):
-            from .training_memory import resize_inputs
-
             if seq_len and not _has_sequence(inputs):
                 raise _no_sequence(loaded)
             inputs = resize_inputs(inputs, batch=batch, seq_len=seq_len)

@@ -13,15 +13,16 @@ from torch import nn
 
 from ..errors import DlperfError
 from ..precision import precision as get_precision
-from ..run import Session, refuse_reduce_dtype, resolve
+from ..run import Session, resolve
 from . import Advice, Finding, fixes, load_rules, mechanical_rules
 from .context import AdviceContext, Step
 
 
-def _context(model, inputs=None, session: Session | None = None, **options) -> AdviceContext:
-    """The advised run, resolved from `options` (`run.resolve`'s keywords),
-    with its analysis from the session (a new one unless given)."""
-    run = resolve(model, inputs, **options)
+def _context(model, inputs=None, config=None, session: Session | None = None,
+             **options) -> AdviceContext:  # fmt: skip
+    """The advised run, resolved from `config` and `options` (`RunConfig.build`'s
+    keywords), with its analysis from the session (a new one unless given)."""
+    run = resolve(model, inputs, config, verb="advise", **options)
     session = session or Session()
     return AdviceContext(run, session, session.analysis(run))
 
@@ -70,47 +71,12 @@ def apply_fixes(ctx: AdviceContext, findings: list[Finding]) -> Step:
     return step
 
 
-def advise(
-    model,
-    inputs=None,
-    gpu="a100-sxm4-80gb",
-    precision="auto",
-    training=True,
-    rules=None,
-    optimizer="adamw",
-    batch=None,
-    seq_len=None,
-    session: Session | None = None,
-    attention: str = "auto",
-    checkpoint: str = "none",
-    compile: bool = False,
-    cuda_graphs: bool = False,
-    loss: str = "eager",
-    reduce_dtype: str | None = None,
-    sparsity: str | None = None,
-    clip_grad: bool = False,
-    channels_last: bool = False,
-) -> Advice:
-    refuse_reduce_dtype(reduce_dtype)  # one GPU's step: no gradient reduction
-    ctx = _context(
-        model,
-        inputs,
-        session,
-        gpu=gpu,
-        precision=precision,
-        training=training,
-        optimizer=optimizer,
-        batch=batch,
-        seq_len=seq_len,
-        attention=attention,
-        checkpoint=checkpoint,
-        compile=compile,
-        cuda_graphs=cuda_graphs,
-        loss=loss,
-        sparsity=sparsity,
-        clip_grad=clip_grad,
-        channels_last=channels_last,
-    )
+def advise(model, inputs=None, config=None, *, rules=None, session: Session | None = None,
+           **options) -> Advice:  # fmt: skip
+    """The guides' rules over one step of `model`, each finding tied to a layer
+    with its predicted gain. The run is `config` with `options` laid over it,
+    as for `dlperf.analyze`; `rules` limits the rule ids run."""
+    ctx = _context(model, inputs, config, session, **options)
     findings = run_rules(ctx, rules)
     known = load_rules()
     mechanical = [f for f in findings if known[f.rule].fix and f.gain_time_s > 0]
@@ -152,26 +118,26 @@ class Applied:
         }
 
 
-def apply(model, rules=None, inputs=None, *, session: Session | None = None, **options) -> Applied:
+def apply(model, rules=None, inputs=None, config=None, *, session: Session | None = None,
+          **options) -> Applied:  # fmt: skip
     """Apply the automatic fixes of `rules` (every rule with one when None)
     where their rules find something, and predict the step before and after.
-    `options` are `advise`'s: gpu, precision, training, optimizer, batch, seq_len."""
+    The run as for `advise`."""
     chosen = check_fixable(rules)
-    ctx = _context(model, inputs, session, **options)
+    ctx = _context(model, inputs, config, session, **options)
     findings = run_rules(ctx, chosen)
     after = ctx.reanalyze(*apply_fixes(ctx, findings)).time_s
     return Applied(sorted({f.rule for f in findings}), ctx.step_time_s, after)
 
 
-def fix(
-    model, inputs=None, rules=None, gpu="a100-sxm4-80gb", precision="fp32", training=True
-) -> nn.Module:
+def fix(model, inputs=None, rules=None, config=None, **options) -> nn.Module:
     """The model with every applicable mechanical fix (or those of `rules`) applied.
 
     Outputs are unchanged (exactly, or within the new dtype's tolerance for a
     precision change). The given model is not modified; its weights are kept.
+    The run as for `advise`.
     """
-    ctx = _context(model, inputs, gpu=gpu, precision=precision, training=training)
+    ctx = _context(model, inputs, config, **options)
     chosen = [r for r in _check_rules(rules) if r in mechanical_rules()]
     step = apply_fixes(ctx, run_rules(ctx, chosen))
     fixed = step.model

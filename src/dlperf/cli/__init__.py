@@ -12,7 +12,7 @@ import traceback
 
 from ..errors import DlperfError, InternalError, first_line
 from .configured import apply_config
-from .parser import build_parser
+from .parser import build_parser, given_options
 
 STDOUT_FD = 1
 
@@ -26,6 +26,7 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    args.given = given_options(sys.argv[1:] if argv is None else argv)
     try:
         apply_config(args)
         args.func(args)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import DlperfError
+from ..run_config import APPLIES, KEYWORDS
 from .handlers import RUN_WAYS, SIMULATION_FLAGS, SIMULATION_ONLY, plan_gpus
 
 # What a training config sets that an inference pass has no use for (and refuses
@@ -14,9 +15,10 @@ TRAINING_ONLY = ("checkpoint", "loss", "clip_grad")
 
 
 def apply_config(args: argparse.Namespace) -> None:
-    """Fill the options `--config FILE` sets and the command line left at their
-    defaults (a flag given wins); then make sure a model is named. Serving's
-    scheduler settings (vLLM's --max-num-seqs ...) apply when it simulates."""
+    """Fill the options `--config FILE` sets that the command line does not
+    give (a flag given wins, whatever its value); then make sure a model is
+    named. Serving's scheduler settings (vLLM's --max-num-seqs ...) apply
+    when it simulates."""
     path = getattr(args, "config", None)
     if path:
         from ..configs import read_config
@@ -31,11 +33,13 @@ def apply_config(args: argparse.Namespace) -> None:
             values = {k: v for k, v in values.items() if k not in RUN_WAYS}
         elif getattr(args, "train", True) is False:  # --infer: the config's training only
             values = {k: v for k, v in values.items() if k not in TRAINING_ONLY}
+        if args.verb in APPLIES:  # a file's options for other verbs (a plan's reduce dtype)
+            applies = APPLIES[args.verb]
+            values = {k: v for k, v in values.items() if k not in KEYWORDS or k in applies}
         if args.verb == "serve" and not any(getattr(args, k) for k in SIMULATION_FLAGS):
             values = {k: v for k, v in values.items() if k not in SIMULATION_ONLY}
-        parser = args.verb_parser
         for dest, value in values.items():
-            if hasattr(args, dest) and getattr(args, dest) == parser.get_default(dest):
+            if hasattr(args, dest) and dest not in args.given:
                 setattr(args, dest, value)
     # calibrate needs a model only beside --trace, and says so itself
     optional = getattr(args, "list_rules", False) or args.verb == "calibrate"

@@ -7,15 +7,15 @@ The API is imported inside each handler: a verb loads only what it runs.
 
 from __future__ import annotations
 
-import math
 from argparse import Namespace
 
 from ..errors import DlperfError
 from ..rendering import terminal as text
 from ..rendering.output import show
 from ..rendering.progress import Spinner
+from ..run_config import RunConfig
 from .files import read_interconnect, writable_file, writable_folder, write_interconnect
-from .options import byte_sizes, device_settings, device_spec, model_options
+from .options import byte_sizes, device_settings, device_spec, run_config, run_options
 
 
 def cmd_gpus(args: Namespace) -> None:
@@ -39,7 +39,11 @@ def cmd_models(args: Namespace) -> None:
 def cmd_explain_config(args: Namespace) -> None:
     from ..configs import read_config
 
-    show(read_config(args.file, gpus=args.gpus), text.explain_config, args.json)
+    job = read_config(args.file, gpus=args.gpus)
+    verb = "serve" if job.serving else "plan" if job.parallel else "analyze"
+    run = RunConfig.build(**job.run_options(verb)).described()
+    show(job, text.explain_config, args.json, document=lambda j: {**j.to_dict(), "run_config": run},
+         run_config=run)  # fmt: skip
 
 
 def cmd_gemm(args: Namespace) -> None:
@@ -56,7 +60,7 @@ def cmd_analyze(args: Namespace) -> None:
     from ..api import analyze
 
     with Spinner(f"tracing {args.model}", quiet=args.json) as progress:
-        result = analyze(**model_options(args), progress=progress)
+        result = analyze(None, run_config(args), progress=progress)
     run = None
     if args.steps or args.tokens or args.price_per_gpu_hour is not None:
         run = result.run_totals(args.steps, args.tokens, args.price_per_gpu_hour)
@@ -88,11 +92,7 @@ def cmd_memory(args: Namespace) -> None:
 
     _training_only(args, "memory", "a training step (gradients, optimizer, saved activations)")
     with Spinner(f"tracing {args.model}", quiet=args.json):
-        report = memory(
-            **model_options(args, omit=("training",)),  # a training step by definition
-            accumulate=args.accumulate,
-            fit=args.fit,
-        )
+        report = memory(None, run_config(args), accumulate=args.accumulate, fit=args.fit)
     show(report, text.memory_report, args.json)
 
 
@@ -133,24 +133,10 @@ def cmd_plan(args: Namespace) -> None:
     network = args.node_network_gbps * 1e9 / 8 if args.node_network_gbps is not None else None
     measured = read_interconnect(args.interconnect) if args.interconnect else None
 
+    config = run_config(args, node_network_bytes_per_s=network, measured_interconnect=measured)
+
     def priced(gpus: int):
-        return plan(
-            **model_options(args, omit=("training", "batch")),
-            gpus=gpus,
-            gpus_per_node=args.gpus_per_node,
-            global_batch=args.global_batch,
-            micro_batch=args.micro_batch or args.batch,  # plan traces one micro-batch
-            node_network_bytes_per_s=network,
-            measured_interconnect=measured,
-            dp=args.dp,
-            tp=args.tp,
-            pp=args.pp,
-            cp=args.cp,
-            ep=args.ep,
-            sharding=args.sharding,
-            schedule=args.schedule,
-            sequence_parallel=args.sequence_parallel,
-        )
+        return plan(None, RunConfig.build(config, gpus=gpus))
 
     with Spinner(f"tracing {args.model}", quiet=args.json):
         reports = [priced(gpus) for gpus in counts]
@@ -207,28 +193,11 @@ SIMULATION_ONLY = {"max_num_seqs": "--max-num-seqs", "no_chunked_prefill": "--no
                    "enforce_eager": "--enforce-eager"}  # fmt: skip
 
 
-def _deployment_options(args: Namespace) -> dict:
-    return {
-        "gpu": device_spec(args),
-        "precision": args.precision,
-        "tp": args.tp,
-        "pp": args.pp,
-        "kv_cache_dtype": args.kv_cache_dtype,
-        "gpus_per_node": args.gpus_per_node,
-        "attention": args.attention,
-        "quant_group": args.quant_group,
-        "sampling": args.sampling,
-        "max_num_batched_tokens": args.max_num_batched_tokens,
-        "gpu_memory_utilization": args.gpu_memory_utilization,
-        "block_size": args.block_size,
-    }
-
-
 def cmd_serve(args: Namespace) -> None:
     if any(getattr(args, k) for k in SIMULATION_FLAGS):
         return _simulate(args)
     given = [flag for key, flag in SIMULATION_ONLY.items() if getattr(args, key)]
-    if given:
+    if given:  # a --config's engine settings are kept for a simulation only
         raise DlperfError(
             f"{given[0]} sets the simulated engine; give --request-rate, --num-prompts or "
             "--dataset to simulate a serving benchmark"
@@ -237,16 +206,7 @@ def cmd_serve(args: Namespace) -> None:
 
     batch, input_len = _prompt_sizes(args)
     with Spinner(f"tracing {args.model}", quiet=args.json):
-        report = serve(
-            args.model,
-            input_len=input_len,
-            output_len=args.output_len or 128,
-            batch=batch,
-            concurrency=args.concurrency,
-            cuda_graphs=args.cuda_graphs,
-            speculative=args.speculative_config,
-            **_deployment_options(args),
-        )
+        report = serve(None, run_config(args, input_len=input_len, batch=batch))
     show(report, text.serve_report, args.json)
 
 
@@ -262,20 +222,12 @@ def _simulate(args: Namespace) -> None:
     if args.cuda_graphs and args.enforce_eager:
         raise DlperfError("give --cuda-graphs or --enforce-eager, not both")
     with Spinner(f"simulating {args.model}", quiet=args.json):
-        report = simulate(
-            args.model,
-            dataset=args.dataset or "random:in=1024,out=128",
-            num_prompts=args.num_prompts or 1000,
-            request_rate=args.request_rate or math.inf,
-            slo=args.slo,
-            find_max_rate=args.find_max_rate,
-            max_num_seqs=args.max_num_seqs,
+        config = run_config(
+            args,
             chunked_prefill=not args.no_chunked_prefill,
-            prefix_cache_hit_rate=args.prefix_cache_hit_rate,
-            seed=args.seed,
-            cuda_graphs=not args.enforce_eager,
-            **_deployment_options(args),
+            cuda_graphs=not args.enforce_eager,  # vLLM replays CUDA graphs unless told not to
         )
+        report = simulate(None, config)
     show(report, text.simulation_report, args.json)
 
 
@@ -306,7 +258,7 @@ def cmd_advise(args: Namespace) -> None:
     from ..advice.engine import advise
 
     with Spinner(f"analysing {args.model}", quiet=args.json):
-        result = advise(**model_options(args), rules=args.rules)
+        result = advise(None, run_config(args), rules=args.rules)
     show(result, text.advice_report, args.json)
 
 
@@ -315,7 +267,7 @@ def _apply(args: Namespace) -> None:
     from ..advice.engine import apply
 
     with Spinner(f"analysing {args.model}", quiet=args.json):
-        result = apply(**model_options(args), rules=args.apply)
+        result = apply(None, args.apply, config=run_config(args))
     show(result, text.applied_report, args.json)
 
 
@@ -332,7 +284,7 @@ def cmd_report(args: Namespace) -> None:
         data = read_profile(one_trace(args.trace, "report --trace"))
     with Spinner(f"analysing {args.model}", quiet=args.json) as progress:
         # one run, one session: the analysis, the memory, the advice and serving share traces
-        run, session = resolve(**model_options(args)), Session()
+        run, session = resolve(None, config=run_config(args)), Session()
         served = _serving(args, run, session)  # first: --serve's error comes at once
         result = analyze(run, progress=progress, session=session)
         mem = memory(run, session=session) if args.train else None
@@ -375,28 +327,18 @@ def cmd_sweep(args: Namespace) -> None:
     show({"written": written}, text.written, args.json)
 
 
-# How a run is executed on the GPU, with the value that means "as written":
-# measure runs the model here as written.
-RUN_WAYS = {
-    "attention": "auto",
-    "checkpoint": "none",
-    "compile": False,
-    "cuda_graphs": False,
-    "loss": "eager",
-    "reduce_dtype": None,
-    "sparsity": None,
-    "clip_grad": None,
-    "channels_last": False,
-}
+# How a run is executed on the GPU: measure runs the model here as written.
+RUN_WAYS = ("attention", "checkpoint", "compile", "cuda_graphs", "loss", "reduce_dtype",
+            "sparsity", "clip_grad", "channels_last")  # fmt: skip
 
 
 def cmd_measure(args: Namespace) -> None:
     from ..api import measure
 
-    changed = [key for key, written in RUN_WAYS.items() if getattr(args, key) != written]
+    changed = [key for key in RUN_WAYS if key in args.given]
     if changed:
         key = changed[0]
-        no = "no-" if getattr(args, key) is False and RUN_WAYS[key] is None else ""
+        no = "no-" if getattr(args, key) is False and key == "clip_grad" else ""
         flag = f"--{no}{key.replace('_', '-')}"
         raise DlperfError(
             f"measure runs the model here as written (eager, no checkpointing): drop {flag}"
@@ -405,7 +347,8 @@ def cmd_measure(args: Namespace) -> None:
         writable_file(args.trace_out, "--trace-out")  # before the run
     with Spinner(f"measuring {args.model}", quiet=args.json):
         report = measure(
-            **model_options(args, omit=("optimizer", *RUN_WAYS)),
+            None,
+            RunConfig.build(**run_options(args, omit=("optimizer", *RUN_WAYS))),
             device=args.device,
             steps=args.steps,
             trace_out=args.trace_out,
@@ -436,18 +379,16 @@ def _calibrate_trace(args: Namespace) -> None:
 
     if not args.model:
         raise DlperfError("--trace needs --model: the model the trace ran, with its batch")
-    options = model_options(args, omit=("optimizer",))
     with Spinner(f"fitting {args.trace}", quiet=args.json):
-        spec = calibrate_trace(args.trace, out=args.out, optimizer=args.optimizer, **options)
+        spec = calibrate_trace(args.trace, None, args.out, config=run_config(args))
     show(text.calibration_document(spec, args.out), text.calibration_report, args.json)
 
 
 def cmd_compare(args: Namespace) -> None:
     from ..api import compare
 
-    options = model_options(args, omit=("optimizer",))
     with Spinner(f"comparing {args.model} with {args.trace}", quiet=args.json):
-        result = compare(trace=args.trace, optimizer=args.optimizer, **options)
+        result = compare(None, args.trace, config=run_config(args))
     show(result, text.compare_report, args.json, document=lambda c: c.to_dict(args.top),
          top=args.top)  # fmt: skip
 

@@ -11,7 +11,7 @@ from ..dtypes import DTYPES
 from ..errors import DlperfError
 from ..optimizer import OPTIMIZERS
 from ..precision import AUTO, POLICIES, SPARSITIES
-from ..run import ATTENTION, REDUCE_DTYPES
+from ..run_config import ATTENTION, REDUCE_DTYPES, SAMPLERS, SHARDINGS, RunConfig
 from ..tracing.losses import LOSSES
 
 
@@ -100,17 +100,20 @@ GPU_HELP = "catalogue id, alias, spec file, or 'cpu'"
 DEVICE_SETTINGS = (
     option(
         "--power-limit",
+        api="power_limit",
         type=positive_float,
         metavar="W",
         help="cap the card at W watts (nvidia-smi -pl): the clock drops to what W feeds",
     ),
     option(
         "--torch-version",
+        api="torch_version",
         metavar="X.Y",
         help="the PyTorch whose kernels run (SDPA's backend order; default: the installed one)",
     ),
     option(
         "--cuda-context",
+        api="cuda_context_mib",
         type=positive_float,
         metavar="MIB",
         help="the CUDA context your driver and PyTorch take, in MiB (nvidia-smi after the "
@@ -207,10 +210,10 @@ MODEL_OPTIONS = (
     option(
         "--checkpoint",
         api="checkpoint",
-        default="none",
         metavar="POLICY",
         help="activation checkpointing: none, full (every repeated block), selective "
-        "(the attention core), every:K (segments of K blocks)",
+        "(the attention core), every:K (segments of K blocks) (default: none; plan searches "
+        "none, selective and full)",
     ),
     option(
         "--loss",
@@ -252,7 +255,7 @@ MODEL_OPTIONS = (
         "--clip-grad",
         api="clip_grad",
         action=argparse.BooleanOptionalAction,
-        default=None,  # unset: a --config's framework decides, else no clipping
+        default=False,
         help="the step clips the gradients' norm (clip_grad_norm_, as Hugging Face's Trainer, "
         "torchtitan and Megatron-LM do by default; --no-clip-grad where a --config clips)",
     ),
@@ -266,15 +269,21 @@ MODEL_OPTIONS = (
 )
 
 
-def model_options(args: argparse.Namespace, omit: tuple[str, ...] = ()) -> dict:
-    """The model options given, as the API's keywords (model, inputs, gpu, ...),
-    less those in `omit`: `dlperf.memory(**model_options(args, ("training",)))`."""
-    found = {
-        o.api: getattr(args, o.dest) for o in (MODEL, *MODEL_OPTIONS) if o.api and o.api not in omit
-    }
-    if "gpu" in found:
-        found["gpu"] = device_spec(args)
-    return found
+def run_options(args: argparse.Namespace, omit: tuple[str, ...] = ()) -> dict:
+    """The run options the verb's parsed arguments hold, as `RunConfig.build`'s
+    keywords (an option left unset is the config's default), less `omit`."""
+    given = device_settings(args)
+    if given and getattr(args, "gpu", "") is None:  # the device at hand, or the one a trace names
+        raise DlperfError(
+            f"{next(iter(given))} configures a predicted --gpu: give --gpu with it, or drop it"
+        )
+    found = {o.api: getattr(args, o.dest, None) for o in args.verb_options if o.api}
+    return {k: v for k, v in found.items() if v is not None and k not in omit}
+
+
+def run_config(args: argparse.Namespace, **changes) -> RunConfig:
+    """The run the command line (over its --config) describes, with `changes`."""
+    return RunConfig.build(**{**run_options(args), **changes})
 
 
 def device_settings(args: argparse.Namespace) -> dict:
@@ -336,15 +345,19 @@ PLAN = (
         help="GPUs in all (default: 8); several (8,16,32) to choose among for a run "
         "(--tokens or --steps, --rank, --deadline)",
     ),
-    option("--gpus-per-node", type=positive_int, default=8, help="GPUs per node"),
+    option(
+        "--gpus-per-node", api="gpus_per_node", type=positive_int, default=8, help="GPUs per node"
+    ),
     option("--nodes", type=positive_int, help="nodes (sets --gpus with --gpus-per-node)"),
     option(
         "--global-batch",
+        api="global_batch",
         type=positive_int,
         help="samples per optimizer step (default: 4 x GPUs x micro-batch)",
     ),
     option(
         "--micro-batch",
+        api="micro_batch",
         type=positive_int,
         help="samples per forward pass (default: --batch, else the --input batch, else 1)",
     ),
@@ -354,33 +367,40 @@ PLAN = (
         help="inter-node bandwidth per node in Gb/s (default: the GPU generation's DGX: "
         "8 x 400 Hopper and Blackwell, 8 x 200 Ampere, 4 x 100 Volta)",
     ),
-    option("--dp", type=positive_int, help="data-parallel degree (default: searched)"),
-    option("--tp", type=positive_int, help="tensor-parallel degree (default: searched)"),
-    option("--pp", type=positive_int, help="pipeline-parallel degree (default: searched)"),
+    option("--dp", api="dp", type=positive_int, help="data-parallel degree (default: searched)"),
+    option("--tp", api="tp", type=positive_int, help="tensor-parallel degree (default: searched)"),
+    option(
+        "--pp", api="pp", type=positive_int, help="pipeline-parallel degree (default: searched)"
+    ),
     option(
         "--cp",
+        api="cp",
         type=positive_int,
         help="context-parallel degree: ring attention over the sequence (default: searched)",
     ),
     option(
         "--ep",
+        api="ep",
         type=positive_int,
         help="expert-parallel degree, MoE models, out of the dp ranks (default: searched)",
     ),
     option(
         "--sharding",
-        choices=["none", "zero1", "zero2", "fsdp", "hsdp"],
+        api="sharding",
+        choices=list(SHARDINGS),
         help="sharding over data parallelism: zero1 (optimizer states), zero2 (and "
         "gradients), fsdp = ZeRO-3 (and weights), hsdp (fsdp within a node, replicas "
         "across) (default: searched)",
     ),
     option(
         "--schedule",
+        api="schedule",
         metavar="SCHEDULE",
         help="pipeline schedule: gpipe, 1f1b or interleaved:V (default: searched)",
     ),
     option(
         "--sequence-parallel",
+        api="sequence_parallel",
         action="store_true",
         default=None,
         exclusive="sequence-parallel",
@@ -389,6 +409,7 @@ PLAN = (
     option(
         "--no-sequence-parallel",
         dest="sequence_parallel",
+        api="sequence_parallel",
         action="store_false",
         default=None,
         exclusive="sequence-parallel",
@@ -480,20 +501,29 @@ def probability(text: str) -> float:
 SIMULATION = (
     option(
         "--request-rate",
+        api="request_rate",
         type=rate,
         metavar="R",
         help="simulate a serving benchmark: requests per second arriving as a Poisson "
         "process (inf: all at once, the default of a simulation)",
     ),
-    option("--num-prompts", type=positive_int, metavar="N", help="requests simulated (1000)"),
+    option(
+        "--num-prompts",
+        api="num_prompts",
+        type=positive_int,
+        metavar="N",
+        help="requests simulated (1000)",
+    ),
     option(
         "--dataset",
+        api="dataset",
         metavar="SPEC",
         help="request lengths: random:in=I,out=O[,range=F] (default random:in=1024,out=128), "
         "FILE.jsonl ({input_len, output_len[, arrival_s]} per line) or FILE.json (a histogram)",
     ),
     option(
         "--max-num-seqs",
+        api="max_num_seqs",
         type=positive_int,
         help="sequences per engine step at most "
         "(default: vLLM's, 1024 on GPUs of 70 GiB or more except the A100, else 256)",
@@ -505,6 +535,7 @@ SIMULATION = (
     ),
     option(
         "--prefix-cache-hit-rate",
+        api="prefix_cache_hit_rate",
         type=probability,
         default=0.0,
         metavar="H",
@@ -515,74 +546,108 @@ SIMULATION = (
         action="store_true",
         help="the simulated engine launches every kernel (default: CUDA graphs, as vLLM)",
     ),
-    option("--slo", metavar="LIMITS", help="latency limits for goodput, like ttft=500ms,tpot=50ms"),
+    option(
+        "--slo",
+        api="slo",
+        metavar="LIMITS",
+        help="latency limits for goodput, like ttft=500ms,tpot=50ms",
+    ),
     option(
         "--find-max-rate",
+        api="find_max_rate",
         action="store_true",
         help="search the largest request rate whose P99 latencies meet --slo",
     ),
-    option("--seed", type=int, default=0, help="seed of the lengths and arrivals drawn"),
+    option(
+        "--seed", api="seed", type=int, default=0, help="seed of the lengths and arrivals drawn"
+    ),
 )
 
 SERVE = (
     MODEL,
-    option("--gpu", default="a100", help=GPU_HELP),
+    option("--gpu", api="gpu", default="a100", help=GPU_HELP),
     *DEVICE_SETTINGS,
     CONFIG,
     option(
         "--precision",
-        default="fp16",
-        choices=["fp16", "bf16", "fp8", "int8", "int8-weight", "int4-weight"],
-        help="weights and GEMMs: fp16/bf16, fp8 (Hopper+), int8 (W8A8), int8/int4 weight-only",
+        api="precision",
+        default=AUTO,
+        choices=[AUTO, "fp16", "bf16", "fp8", "int8", "int8-weight", "int4-weight"],
+        help="weights and GEMMs: fp16/bf16, fp8 (Hopper+), int8 (W8A8), int8/int4 weight-only; "
+        "auto: fp16",
     ),
-    option("--input-len", type=positive_int, help="prompt tokens per request (default: 128)"),
-    option("--output-len", type=positive_int, help="generated tokens per request (default: 128)"),
-    option("--batch", type=positive_int, help="requests served as one static batch (default: 1)"),
+    option(
+        "--input-len",
+        api="input_len",
+        type=positive_int,
+        help="prompt tokens per request (default: 128)",
+    ),
+    option(
+        "--output-len",
+        api="output_len",
+        type=positive_int,
+        help="generated tokens per request (default: 128)",
+    ),
+    option(
+        "--batch",
+        api="batch",
+        type=positive_int,
+        help="requests served as one static batch (default: 1)",
+    ),
     option(
         "--input",
         metavar="SHAPE",
         help="the prompts' token ids as BATCHxINPUT_LEN, like 8x128 (instead of --batch and "
         "--input-len)",
     ),
-    option("--tp", type=positive_int, default=1, help="tensor-parallel GPUs"),
-    option("--pp", type=positive_int, default=1, help="pipeline-parallel stages"),
+    option("--tp", api="tp", type=positive_int, help="tensor-parallel GPUs (default: 1)"),
+    option("--pp", api="pp", type=positive_int, help="pipeline-parallel stages (default: 1)"),
     option(
         "--sampling",
+        api="sampling",
         default="greedy",
-        choices=["greedy", "top-p"],
+        choices=list(SAMPLERS),
         help="how each token is chosen: greedy (benchmarks' default) or top-p (vLLM's sorter)",
     ),
     option(
         "--quant-group",
+        api="quant_group",
         type=positive_int,
         metavar="G",
         help="weights per scale (and zero) of int8-weight/int4-weight (default: 128)",
     ),
     option(
         "--kv-cache-dtype",
+        api="kv_cache_dtype",
         choices=["fp16", "bf16", "fp8", "int8"],
         help="KV cache storage (default: the precision's base dtype)",
     ),
     option(
         "--concurrency",
+        api="concurrency",
         type=positive_int,
         help="also price in-flight batching with this many requests in flight",
     ),
     option(
         "--cuda-graphs",
+        api="cuda_graphs",
         action="store_true",
         help="each step is replayed from a CUDA graph: no per-kernel launch cost",
     ),
     option(
         "--attention",
+        api="attention",
         default="auto",
         choices=list(ATTENTION),
         help="attention kernel: auto as PyTorch's SDPA picks; math: batched GEMMs and a "
         "softmax kernel (engines without fused attention)",
     ),
-    option("--gpus-per-node", type=positive_int, default=8, help="GPUs per node"),
+    option(
+        "--gpus-per-node", api="gpus_per_node", type=positive_int, default=8, help="GPUs per node"
+    ),
     option(
         "--max-num-batched-tokens",
+        api="max_num_batched_tokens",
         type=positive_int,
         metavar="T",
         help="tokens one engine step runs at most; activations are reserved for them "
@@ -590,6 +655,7 @@ SERVE = (
     ),
     option(
         "--gpu-memory-utilization",
+        api="gpu_memory_utilization",
         type=fraction,
         default=0.9,
         metavar="F",
@@ -597,12 +663,14 @@ SERVE = (
     ),
     option(
         "--block-size",
+        api="block_size",
         type=positive_int,
         default=16,
         help="tokens per KV cache block; a sequence holds whole blocks (default: 16)",
     ),
     option(
         "--speculative-config",
+        api="speculative",
         metavar="JSON",
         help='speculative decoding what-if, as vLLM takes it: {"method": "ngram" or '
         '"draft_model", "model": DRAFT, "num_speculative_tokens": K, "acceptance_rate": A}',

@@ -39,7 +39,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"dlperf: error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only_given: bool = False) -> argparse.ArgumentParser:
+    """The `dlperf` parser; `only_given` leaves out every default, so that its
+    namespace holds only what the command line says (`given_options`)."""
     from .. import __version__
 
     parser = _Parser(prog="dlperf", description=DESCRIPTION)
@@ -47,18 +49,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     for verb in VERBS:
-        _add_verb(sub, verb)
+        _add_verb(sub, verb, only_given)
     return parser
 
 
-def _add_verb(sub, verb: Verb) -> None:
-    p = sub.add_parser(verb.name, help=verb.help)
+def given_options(argv) -> frozenset[str]:
+    """The options (their dests) the command line gives: what a --config's
+    values never override, whatever the value typed."""
+    found = vars(build_parser(only_given=True).parse_args(argv))
+    return frozenset(found) - {"verb", "debug"}
+
+
+def _add_verb(sub, verb: Verb, only_given: bool = False) -> None:
+    if only_given:
+        p = sub.add_parser(verb.name, argument_default=argparse.SUPPRESS)
+    else:
+        p = sub.add_parser(verb.name, help=verb.help)
     exclusive: dict[str, argparse._MutuallyExclusiveGroup] = {}
     for opt in verb.options:
         if opt.exclusive and opt.exclusive not in exclusive:
             exclusive[opt.exclusive] = p.add_mutually_exclusive_group()
         target = exclusive[opt.exclusive] if opt.exclusive else p
-        target.add_argument(*opt.flags, **opt.kwargs)
+        kwargs = {k: v for k, v in opt.kwargs.items() if not (only_given and k == "default")}
+        target.add_argument(*opt.flags, **kwargs)
     # --debug after the verb too; SUPPRESS keeps the value given before it
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
-    p.set_defaults(func=verb.run, verb_parser=p, **verb.defaults)
+    if not only_given:
+        p.set_defaults(func=verb.run, verb_parser=p, verb_options=verb.options, **verb.defaults)

@@ -100,7 +100,6 @@ VERBS = (
         "price and rank parallel plans (dp/tp/pp/cp/ep, sharding, schedule) on many GPUs",
         do.cmd_plan,
         (*WITH_MODEL, *PLAN, *RUN_TOTALS, *PLAN_RUN),
-        defaults={"checkpoint": None},  # not given: searched (none, selective, full)
     ),
     Verb(
         "serve",

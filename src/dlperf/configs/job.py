@@ -100,6 +100,17 @@ class Job:
             out["batch"] = micro
         return out
 
+    def run_options(self, verb: str = "analyze") -> dict:
+        """What this job sets for `verb` as the run configuration's keywords
+        (`RunConfig.build`): `cli_values` less memory's accumulation, which
+        is a verb's option (the batch is then one micro-batch)."""
+        values = self.cli_values("analyze" if verb == "memory" else verb)
+        if values.pop("no_chunked_prefill", False):
+            values["chunked_prefill"] = False
+        if values.pop("enforce_eager", False):
+            values["cuda_graphs"] = False
+        return values
+
     def to_dict(self) -> dict:
         return {
             "format": self.format,

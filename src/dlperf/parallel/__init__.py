@@ -54,7 +54,7 @@ from .pricing import Plan, divisors, price, ranked
 from .profile import ModelProfile, profile
 from .report import PlanReport, plan_report
 from .schedule import SCHEDULE_HELP, Schedule, parse_schedule
-from .search import Fixed, layouts
+from .search import fixed_dimensions, layouts
 
 __all__ = [
     "DDP_BUCKET_BYTES",
@@ -63,7 +63,7 @@ __all__ = [
     "SCHEDULE_HELP",
     "SHARDINGS",
     "Collective",
-    "Fixed",
+    "fixed_dimensions",
     "Interconnect",
     "Layout",
     "MemoryPerGpu",

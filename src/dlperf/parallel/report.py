@@ -20,12 +20,13 @@ from dataclasses import dataclass, field, replace
 
 from ..dtypes import name_of
 from ..precision import resolve_for
+from ..run import Run, Session
 from ..training_memory import parse_checkpoint
 from .fitting import remedies
 from .network import interconnect_for
 from .pricing import Plan, price, ranked
 from .profile import ModelProfile, profile
-from .search import Fixed, layouts
+from .search import fixed_dimensions, layouts
 
 SEARCHED_CHECKPOINTS = ("none", "selective", "full")
 # Plans that do not fit shown with their remedies (the nearest ones).
@@ -127,21 +128,13 @@ def _no_fit_note(shown: list[Plan], capacity: float, gpu: str, forced: bool) -> 
     )
 
 
-def plan_report(
-    run,
-    session,
-    gpus: int,
-    gpus_per_node: int,
-    global_batch: int | None,
-    micro_batch: int,
-    node_network_bytes_per_s: float | None = None,
-    measured_interconnect: dict | None = None,
-    fixed: Fixed | dict | None = None,
-    checkpoint: str | None = None,
-) -> PlanReport:
-    """Every plan of `run` on `gpus` GPUs, priced and ranked (see `dlperf.plan`);
-    `checkpoint` None searches none, selective and full."""
-    fixed = fixed if isinstance(fixed, Fixed) else Fixed(**(fixed or {}))
+def plan_report(run: Run, session: Session, micro_batch: int) -> PlanReport:
+    """Every plan of `run` (its `config.parallel`: GPUs, batch, network, the
+    dimensions given) priced and ranked (see `dlperf.plan`); a checkpoint
+    policy not given searches none, selective and full."""
+    par, checkpoint = run.config.parallel, run.config.step.checkpoint
+    gpus, gpus_per_node, global_batch = par.gpus, par.gpus_per_node, par.global_batch
+    fixed = fixed_dimensions(par)
     batch = global_batch or 4 * gpus * micro_batch
     first = profile(dataclasses.replace(run, checkpoint=checkpoint or "none"), session, micro_batch)
     profiles = [
@@ -149,8 +142,9 @@ def plan_report(
         profile(dataclasses.replace(run, checkpoint=policy), session, micro_batch)
         for policy in _policies(checkpoint, first)
     ]  # fmt: skip
-    net = _network(run, gpus, gpus_per_node, node_network_bytes_per_s, measured_interconnect)
-    found = layouts(first, gpus, net.gpus_per_node, batch, fixed, first.tokens_per_sample)
+    net = _network(run, gpus, gpus_per_node, par.node_network_bytes_per_s,
+                   par.measured_interconnect)  # fmt: skip
+    found = layouts(first, gpus, net.gpus_per_node, batch, par, first.tokens_per_sample)
     sharded = (
         _fsdp_profiles(run, session, micro_batch, profiles)
         if any(at.zero >= 3 for at in found)
@@ -168,7 +162,7 @@ def plan_report(
         for plan in shown[:REMEDIED_PLANS]:
             used = priced_with(by_policy[plan.checkpoint], plan.layout)
             plan.to_fit = remedies(used, run.spec, plan.layout)
-        forced = len(fixed.given) >= 4 or len(shown) == 1
+        forced = len(fixed) >= 4 or len(shown) == 1
         note = _no_fit_note(shown, run.spec.memory_bytes, run.spec.id, forced)
     return PlanReport(
         model=run.name,
@@ -183,5 +177,5 @@ def plan_report(
         memory_bytes=float(run.spec.memory_bytes),
         searched=len(priced),
         note=note,
-        fixed={**fixed.given, **({"checkpoint": checkpoint} if checkpoint else {})},
+        fixed={**fixed, **({"checkpoint": checkpoint} if checkpoint else {})},
     )

@@ -14,36 +14,25 @@ under tp. Checkpointing is one profile per policy (report.py).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from ..errors import DlperfError
+from ..run_config import ParallelConfig
 from .layout import SHARDINGS, Layout, check_sharding
 from .profile import ModelProfile
 from .schedule import Schedule, parse_schedule, searched_schedules
 
+# The dimensions a user may fix (a `ParallelConfig`'s); None is searched.
+DIMENSIONS = ("dp", "tp", "pp", "cp", "ep", "sharding", "schedule", "sequence_parallel")
 
-@dataclass(frozen=True)
-class Fixed:
-    """The dimensions the user gave (None: searched)."""
 
-    dp: int | None = None
-    tp: int | None = None
-    pp: int | None = None
-    cp: int | None = None
-    ep: int | None = None
-    sharding: str | None = None
-    schedule: str | None = None
-    sequence_parallel: bool | None = None
-
-    def __post_init__(self):
-        if self.sharding is not None:
-            check_sharding(self.sharding)
-        if self.schedule is not None:
-            parse_schedule(self.schedule)
-
-    @property
-    def given(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+def fixed_dimensions(parallel: ParallelConfig) -> dict:
+    """The dimensions `parallel` fixes, checked: {name: value}."""
+    if parallel.sharding is not None:
+        check_sharding(parallel.sharding)
+    if parallel.schedule is not None:
+        parse_schedule(parallel.schedule)
+    found = {name: getattr(parallel, name) for name in DIMENSIONS}
+    return {name: value for name, value in found.items() if value is not None}
 
 
 def _divisors(n: int) -> list[int]:
@@ -100,7 +89,7 @@ def _options(fixed, searched):
     return [fixed] if fixed is not None else searched
 
 
-def _dims(profile: ModelProfile, gpus: int, per_node: int, fixed: Fixed) -> Iterator[dict]:
+def _dims(profile: ModelProfile, gpus: int, per_node: int, fixed: ParallelConfig) -> Iterator[dict]:
     splittable = profile.blocks and profile.tensor_parallel
     tps = [d for d in _divisors(gpus) if d <= per_node] if splittable else [1]
     for tp in _options(fixed.tp, tps):
@@ -122,7 +111,7 @@ def _dims(profile: ModelProfile, gpus: int, per_node: int, fixed: Fixed) -> Iter
                     yield from _variants(dict(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep), per_node, fixed)
 
 
-def _variants(base: dict, per_node: int, fixed: Fixed) -> Iterator[dict]:
+def _variants(base: dict, per_node: int, fixed: ParallelConfig) -> Iterator[dict]:
     dp, tp, pp, cp = base["dp"], base["tp"], base["pp"], base["cp"]
     # hsdp differs from fsdp only where the data-parallel ranks span nodes with
     # more than one of them in each
@@ -141,7 +130,7 @@ def layouts(
     gpus: int,
     gpus_per_node: int,
     global_batch: int,
-    fixed: Fixed,
+    fixed: ParallelConfig,
     seq_len: int = 0,
 ) -> list[Layout]:
     """Every layout of `gpus` GPUs that runs, within the fixed dimensions; a
@@ -156,7 +145,8 @@ def layouts(
         found.append(Layout(**dims, micro_batch=profile.micro_batch, micro_batches=m,
                             gpus_per_node=gpus_per_node))  # fmt: skip
     if not found:
-        given = ", ".join(f"{k} {v}" for k, v in fixed.given.items()) or "no fixed dimension"
+        given = fixed_dimensions(fixed)
+        given = ", ".join(f"{k} {v}" for k, v in given.items()) or "no fixed dimension"
         why = reasons[0] if reasons else "no layout of these GPUs divides the model and batch"
         raise DlperfError(
             f"no plan with {given} on {gpus} GPUs, global batch {global_batch} and micro-batch "

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 
 from ..errors import DlperfError
-from ..hardware import HardwareSpec
 from ..kernels.energy import rows_joules
-from ..run import Session
+from ..run import Session, run_config
+from ..run_config import RunConfig
 from .deployment import deploy
-from .memory import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, ServingMemory, cached_tokens, max_batch
+from .memory import ServingMemory, cached_tokens, max_batch
 from .result import (
     PhaseReport,
     ServeReport,
@@ -26,35 +25,9 @@ from .result import (
 from .speculative import parse_speculative, what_if
 from .timeline import Timeline, check_lengths, mean_decode_s
 
-# The keyword arguments of `serve` that make the deployment (`deployment.deploy`).
-DEPLOYMENT_OPTIONS = frozenset(inspect.signature(deploy).parameters) - {"model"}
 
-
-def serve(
-    model,
-    gpu: str | HardwareSpec = "a100-sxm4-80gb",
-    precision: str = "fp16",
-    input_len: int = 128,
-    output_len: int = 128,
-    batch: int = 1,
-    tp: int = 1,
-    pp: int = 1,
-    kv_cache_dtype: str | None = None,
-    concurrency: int | None = None,
-    cuda_graphs: bool = False,
-    gpus_per_node: int = 8,
-    node_network_bytes_per_s: float | None = None,
-    fused: bool = True,
-    must_fit: bool = True,
-    session: Session | None = None,
-    attention: str = "auto",
-    quant_group: int | None = None,
-    sampling: str = "greedy",
-    max_num_batched_tokens: int | None = None,
-    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
-    block_size: int = BLOCK_SIZE,
-    speculative: str | dict | None = None,
-) -> ServeReport:
+def serve(model, config: RunConfig | None = None, *, session: Session | None = None,
+          fused: bool = True, must_fit: bool = True, **options) -> ServeReport:  # fmt: skip
     """Predict serving a decoder LLM (`hf:llama-7b`, a model file whose forward
     takes `past_key_values`, ...) on `tp` x `pp` GPUs: time to first token,
     time per output token, request latency, tokens/s, memory per GPU and the
@@ -80,14 +53,36 @@ def serve(
     (vLLM's --speculative-config JSON, `serving.speculative`) adds the
     speculative-decoding what-if of the middle decode step.
     """
-    check_lengths(input_len, output_len, batch, concurrency)
-    speculation = parse_speculative(speculative) if speculative else None
-    settings = {k: v for k, v in locals().items() if k in DEPLOYMENT_OPTIONS}
-    deployment = deploy(model, **settings)
-    run, spec, scheme = deployment.run, deployment.spec, deployment.scheme
-    kv_dtype = deployment.engine.kv_dtype
+    config = run_config(None, config, **options).check("serve")
+    serving = config.serving
+    batch = config.model.batch or 1
+    input_len, output_len = serving.input_len or 128, serving.output_len or 128
+    sizes = (batch, input_len, output_len, config.parallel.tp or 1, config.parallel.pp or 1)
+    check_lengths(input_len, output_len, batch, serving.concurrency)
+    speculation = parse_speculative(serving.speculative) if serving.speculative else None
+    deployment = deploy(model, config, session, fused)
     timeline = deployment.timeline(input_len, output_len)
-    prefill, prefill_t = timeline.prefill(batch)
+    prefill = timeline.prefill(batch)
+    report = _report(deployment.run, deployment.spec, deployment.scheme,
+                     deployment.engine.kv_dtype, sizes)  # fmt: skip
+    _memory(report, deployment, prefill[0], sizes, serving.block_size, must_fit)
+    decoded, points = timeline.decode(batch)
+    middle_s = _phases(report, deployment, prefill, (decoded, points))
+    report.cuda_graphs = config.step.cuda_graphs
+    if serving.concurrency:
+        report.concurrency = _in_flight(timeline, serving.concurrency)
+    if speculation:
+        cached = points[len(points) // 2]
+        report.speculative = _speculate(speculation, timeline, (config, session), batch,
+                                        cached, middle_s)  # fmt: skip
+    return report
+
+
+def _memory(report: ServeReport, deployment, prefill, sizes: tuple, block_size: int,
+            must_fit: bool) -> None:  # fmt: skip
+    """Memory per GPU at the batch, and the largest batch whose KV caches fit;
+    a batch that does not fit is refused when it must."""
+    batch, input_len, output_len, tp, _ = sizes
     fixed, per_sequence = deployment.memory(prefill)
     per_sequence *= cached_tokens(input_len + output_len, block_size)
     gpus_memory = dataclasses.replace(fixed, kv_cache_bytes=per_sequence * batch)
@@ -95,39 +90,39 @@ def serve(
     largest = max_batch(budget, fixed.total_bytes, per_sequence)
     fits = gpus_memory.total_bytes <= budget
     if must_fit and not fits:
-        raise DlperfError(_no_fit(run.name, spec, gpus_memory, largest, batch, tp, budget))
-    decoded, points = timeline.decode(batch)
-    report = _report(run, spec, scheme, kv_dtype, (batch, input_len, output_len, tp, pp))
-    times = [t["time_s"] for _, t in decoded]
-    _request_times(report, prefill_t["time_s"], mean_decode_s(points, times, input_len, output_len))
+        name, spec = deployment.run.name, deployment.spec
+        raise DlperfError(_no_fit(name, spec, gpus_memory, largest, batch, tp, budget))
     report.memory = {**gpus_memory.to_dict(), "budget_bytes": budget}
     report.fits, report.max_batch = fits, largest
     report.kv_cache_bytes_per_token = deployment.kv_bytes_per_token(prefill, per_gpu=False)
     report.kv_cache_bytes_per_token_per_gpu = deployment.kv_bytes_per_token(prefill, per_gpu=True)
+
+
+def _phases(report: ServeReport, deployment, prefilled: tuple, decoding: tuple) -> float:
+    """The request's times, the prefill and middle decode step's reports and the
+    energy; returns the middle decode step's time."""
+    (prefill, prefill_t), (decoded, points) = prefilled, decoding
+    spec, scheme = deployment.spec, deployment.scheme
+    times = [t["time_s"] for _, t in decoded]
+    decode_s = mean_decode_s(points, times, report.input_len, report.output_len)
+    _request_times(report, prefill_t["time_s"], decode_s)
     middle, middle_t = decoded[len(decoded) // 2]
     report.prefill = _phase(prefill, prefill_t, scheme)
     report.decode = _phase(middle, {**middle_t, "time_s": report.tpot_s}, scheme)
     report.decode.extra.update(cached_tokens=points, step_s=times)
     _energy(report, spec, (prefill, prefill_t["time_s"]), (middle, middle_t["time_s"]))
-    report.cuda_graphs = cuda_graphs
     report.unsupported_ops = {**prefill.unsupported, **middle.unsupported}
     _bound_notes(report, middle, spec, scheme)
-    if concurrency:
-        report.concurrency = _in_flight(timeline, concurrency)
-    if speculation:
-        cached = points[len(points) // 2]
-        report.speculative = _speculate(speculation, timeline, settings, batch, cached,
-                                        middle_t["time_s"])  # fmt: skip
-    return report
+    return middle_t["time_s"]
 
 
-def _speculate(speculation, timeline: Timeline, settings: dict, batch: int, cached: int,
+def _speculate(speculation, timeline: Timeline, deployed: tuple, batch: int, cached: int,
                plain_s: float) -> dict:  # fmt: skip
     """The what-if at the middle decode step's cache length (`speculative`)."""
     _, verify = timeline.verify(batch, speculation.k + 1, cached)
     draft_s = 0.0  # n-gram lookup runs on the host
     if speculation.draft:
-        draft = deploy(speculation.draft, **settings).timeline(timeline.input_len, 2)
+        draft = deploy(speculation.draft, *deployed).timeline(timeline.input_len, 2)
         ((_, timing),), _ = draft.decode(batch, [cached])
         draft_s = timing["time_s"]
     found = what_if(speculation, verify["time_s"], draft_s, plain_s)

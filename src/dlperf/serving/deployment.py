@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from ..dtypes import bytes_per_element
 from ..errors import DlperfError
 from ..hardware import HardwareSpec
-from ..hardware import gpu as get_gpu
-from ..run import Run, Session, resolve
+from ..precision import AUTO
+from ..run import Run, Session, device_spec, resolve
+from ..run_config import RunConfig
 from ..tracing import repeated_blocks
 from .cache import check_decoder
 from .memory import (
-    BLOCK_SIZE,
-    GPU_MEMORY_UTILIZATION,
     ServingMemory,
     activation_bytes,
     default_max_num_batched_tokens,
@@ -30,7 +29,7 @@ from .memory import (
     workspace_bytes,
 )
 from .quant import Scheme, kv_dtype_for, scheme_for, weight_bytes
-from .steps import SAMPLERS, Engine, Step, StepTracer
+from .steps import Engine, Step, StepTracer
 from .timeline import Timeline
 
 
@@ -92,37 +91,23 @@ def _residual_bytes(step: Step) -> float:
     return 0.0
 
 
-def deploy(
-    model,
-    gpu: str | HardwareSpec = "a100-sxm4-80gb",
-    precision: str = "fp16",
-    tp: int = 1,
-    pp: int = 1,
-    kv_cache_dtype: str | None = None,
-    cuda_graphs: bool = False,
-    gpus_per_node: int = 8,
-    node_network_bytes_per_s: float | None = None,
-    fused: bool = True,
-    session: Session | None = None,
-    attention: str = "auto",
-    quant_group: int | None = None,
-    sampling: str = "greedy",
-    max_num_batched_tokens: int | None = None,
-    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
-    block_size: int = BLOCK_SIZE,
-) -> Deployment:
+def deploy(model, config: RunConfig, session: Session | None = None,
+           fused: bool = True) -> Deployment:  # fmt: skip
     """The deployment `serve` and `simulate` price (see `serve` for the options)."""
-    _check_counts(tp, pp, gpus_per_node)
-    _check_engine(max_num_batched_tokens, gpu_memory_utilization, block_size)
+    serving, par = config.serving, config.parallel
+    tp, pp = par.tp or 1, par.pp or 1
+    if model is None:
+        model = config.model.model
     if isinstance(model, Run):  # its model and GPU; serving sets the rest
-        model, gpu = model.model, model.spec
-    spec = get_gpu(gpu)
-    scheme = scheme_for(precision, spec, quant_group)
-    kv_dtype = kv_dtype_for(kv_cache_dtype, scheme)
-    run = resolve(
-        model, gpu=spec, precision=scheme.base, training=False, batch=1,
-        attention=attention,
-    )  # fmt: skip
+        model, spec = model.model, model.spec
+    else:
+        spec = device_spec(config.device)
+    precision = config.precision.precision
+    scheme = scheme_for("fp16" if precision == AUTO else precision, spec, serving.quant_group)
+    kv_dtype = kv_dtype_for(serving.kv_cache_dtype, scheme)
+    step = RunConfig.build(gpu=spec, precision=scheme.base, training=False, batch=1,
+                           attention=config.step.attention)  # fmt: skip
+    run = resolve(model, config=step)
     check_decoder(run.model)
     heads = getattr(getattr(run.module, "config", None), "num_attention_heads", None)
     if isinstance(heads, int) and heads % tp:
@@ -134,29 +119,9 @@ def deploy(
     blocks = repeated_blocks(run.module)
     if pp > max(1, len(blocks)):
         raise DlperfError(f"--pp {pp} is more stages than the model's {len(blocks)} layers")
-    if sampling not in SAMPLERS:
-        raise DlperfError(f"unknown sampling {sampling!r}; choose from: {', '.join(SAMPLERS)}")
-    engine = Engine(
-        spec, scheme, kv_dtype, tp, fused, gpus_per_node, node_network_bytes_per_s, sampling
-    )
+    engine = Engine(spec, scheme, kv_dtype, tp, fused, par.gpus_per_node,
+                    par.node_network_bytes_per_s, serving.sampling)  # fmt: skip
     tracer = StepTracer(run, engine, session or Session())
-    chunk = max_num_batched_tokens or default_max_num_batched_tokens(spec)
-    return Deployment(run, engine, tracer, pp, cuda_graphs, chunk, gpu_memory_utilization,
-                      block_size)  # fmt: skip
-
-
-def _check_counts(tp: int, pp: int, gpus_per_node: int) -> None:
-    for name, value in (("--tp", tp), ("--pp", pp), ("--gpus-per-node", gpus_per_node)):
-        if not isinstance(value, int) or value <= 0:
-            raise DlperfError(f"{name} must be a positive whole number, not {value!r}")
-
-
-def _check_engine(max_num_batched_tokens, gpu_memory_utilization, block_size) -> None:
-    for name, value in (("--max-num-batched-tokens", max_num_batched_tokens),
-                        ("--block-size", block_size)):  # fmt: skip
-        if value is not None and (not isinstance(value, int) or value <= 0):
-            raise DlperfError(f"{name} must be a positive whole number, not {value!r}")
-    if not isinstance(gpu_memory_utilization, (int, float)) or not 0 < gpu_memory_utilization <= 1:
-        raise DlperfError(
-            f"--gpu-memory-utilization must be a fraction in (0, 1], not {gpu_memory_utilization!r}"
-        )
+    chunk = serving.max_num_batched_tokens or default_max_num_batched_tokens(spec)
+    return Deployment(run, engine, tracer, pp, config.step.cuda_graphs, chunk,
+                      serving.gpu_memory_utilization, serving.block_size)  # fmt: skip

@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 
 from ..hardware import HardwareSpec
+from ..run_config import ServingConfig
 from ..training_memory.step import overhead_bytes
 
 
@@ -87,8 +88,8 @@ def max_batch(budget: float, fixed: float, per_sequence: float) -> int:
 
 # vLLM's defaults (vllm/engine/arg_utils.py, `get_batch_defaults`, the OpenAI
 # server's): GPUs of 70 GiB or more except the A100 get the larger budgets.
-GPU_MEMORY_UTILIZATION = 0.9
-BLOCK_SIZE = 16  # tokens per KV cache block
+GPU_MEMORY_UTILIZATION = ServingConfig.gpu_memory_utilization  # vLLM's default
+BLOCK_SIZE = ServingConfig.block_size  # tokens per KV cache block
 
 
 def default_max_num_batched_tokens(spec: HardwareSpec) -> int:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DlperfError
+from ..run import Session, run_config
+from ..run_config import RunConfig
 from .cache import context_window
 from .deployment import deploy
 from .memory import default_max_num_seqs
@@ -26,6 +28,9 @@ from .step_costs import StepCosts
 from .workload import Workload, requests
 
 PERCENTILES = (50, 90, 99)
+# benchmark_serving's random dataset and prompt count
+DEFAULT_DATASET = "random:in=1024,out=128"
+DEFAULT_PROMPTS = 1000
 # Rates tried by `find_max_rate`: doubling from the first, then this many halvings.
 BISECTIONS = 8
 
@@ -146,20 +151,18 @@ def _fill(report: SimulationReport, work: Workload, timings: Timings, slo: Slo |
 class Simulator:
     """One deployment and its engine settings, simulated at any request rate."""
 
-    def __init__(self, model, *, dataset: str, num_prompts: int, max_num_seqs=None,
-                 chunked_prefill: bool = True, prefix_cache_hit_rate: float = 0.0,
-                 seed: int = 0, **deployment):  # fmt: skip
-        if not 0 <= prefix_cache_hit_rate < 1:
-            raise DlperfError(
-                f"--prefix-cache-hit-rate must be in [0, 1), not {prefix_cache_hit_rate!r}"
-            )
-        if max_num_seqs is not None and (not isinstance(max_num_seqs, int) or max_num_seqs <= 0):
-            raise DlperfError(
-                f"--max-num-seqs must be a positive whole number, not {max_num_seqs!r}"
-            )
-        self.dataset, self.num_prompts = dataset, num_prompts
-        self.requests = requests(dataset, num_prompts, seed)  # a bad dataset fails before tracing
-        self.d = deploy(model, **deployment)
+    def __init__(self, model, config: RunConfig | None = None, *,
+                 session: Session | None = None, **options):  # fmt: skip
+        config = run_config(None, config, **options).check("serve")
+        serving = config.serving
+        self.dataset = serving.dataset or DEFAULT_DATASET
+        self.num_prompts = serving.num_prompts or DEFAULT_PROMPTS
+        # a bad dataset fails before tracing
+        self.requests = requests(self.dataset, self.num_prompts, serving.seed)
+        self.d = deploy(model, config, session)
+        max_num_seqs = serving.max_num_seqs
+        chunked_prefill = serving.chunked_prefill
+        prefix_cache_hit_rate = serving.prefix_cache_hit_rate
         spec = self.d.spec
         self.max_num_seqs = max_num_seqs or default_max_num_seqs(spec)
         sample = self.requests
@@ -247,19 +250,7 @@ def _slo_text(slo: Slo) -> str:
     return ", ".join(parts)
 
 
-def simulate(
-    model,
-    dataset: str = "random:in=1024,out=128",
-    num_prompts: int = 1000,
-    request_rate: float = math.inf,
-    slo: str | Slo | None = None,
-    find_max_rate: bool = False,
-    max_num_seqs: int | None = None,
-    chunked_prefill: bool = True,
-    prefix_cache_hit_rate: float = 0.0,
-    seed: int = 0,
-    **deployment,
-) -> SimulationReport:
+def simulate(model, config: RunConfig | None = None, **options) -> SimulationReport:
     """Simulate a serving benchmark of `model` (module docstring).
 
     `dataset`: random:in=I,out=O[,range=F], FILE.jsonl or FILE.json
@@ -270,17 +261,16 @@ def simulate(
     deployment's options are `serve`'s (gpu, precision, tp, pp,
     kv_cache_dtype, cuda_graphs, max_num_batched_tokens,
     gpu_memory_utilization, block_size, ...)."""
+    config = run_config(None, config, **options)
+    slo, find_max_rate = config.serving.slo, config.serving.find_max_rate
     if isinstance(slo, str):
         slo = parse_slo(slo)
     if find_max_rate and slo is None:
         raise DlperfError("--find-max-rate needs an --slo, like --slo ttft=500ms,tpot=50ms")
-    simulator = Simulator(
-        model, dataset=dataset, num_prompts=num_prompts, max_num_seqs=max_num_seqs,
-        chunked_prefill=chunked_prefill, prefix_cache_hit_rate=prefix_cache_hit_rate, seed=seed,
-        **deployment,
-    )  # fmt: skip
+    simulator = Simulator(model, config)
     if not find_max_rate:
-        return simulator.run(request_rate, slo)
+        rate = config.serving.request_rate
+        return simulator.run(math.inf if rate is None else rate, slo)
     rate, report = simulator.find_max_rate(slo)
     report.max_rate = {
         "request_rate": None if math.isinf(rate) else rate,

@@ -29,7 +29,7 @@ def _flag(key: str, value) -> str:
     return f"--{flag} {value}"
 
 
-def explain_config(job, console: Console | None = None) -> None:
+def explain_config(job, console: Console | None = None, run_config: dict | None = None) -> None:
     console = console or wide_console()
     console.print(f"[bold]{escape(job.path)}[/]: a {job.format} config")
     console.print(f"model: {escape(job.model or '(none: give MODEL)')}")
@@ -43,6 +43,9 @@ def explain_config(job, console: Console | None = None) -> None:
     run |= job.parallel | job.serving
     said = " ".join(filter(None, (_flag(k, v) for k, v in run.items())))
     console.print(f"dlperf options: {escape(said or '(none)')}")
+    if run_config:
+        said = " ".join(f"{k}={v}" for k, v in run_config.items())
+        console.print(f"run config (dlperf.RunConfig): {escape(said)}")
     table = Table(title="fields")
     table.add_column("field")
     table.add_column("value")
