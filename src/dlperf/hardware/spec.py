@@ -20,6 +20,7 @@ from pathlib import Path
 from ..dtypes import DTYPES, bytes_per_element, check_dtype
 from ..errors import DlperfError
 from .calibration import Calibration, calibration_from_dict
+from .clocks import sustained_clock_fraction
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -240,9 +241,7 @@ class HardwareSpec:
 
     def sustained_clock_fraction(self, tensor_cores: bool = False) -> float:
         """Fraction of the rated clock the SMs hold under a full math load, under
-        the card's power limit (`kernels.clocks`)."""
-        from ..kernels.clocks import sustained_clock_fraction
-
+        the card's power limit (`hardware.clocks`)."""
         return sustained_clock_fraction(self, tensor_cores)
 
     def computed_peak_flops_per_s(self, dtype: str) -> float:

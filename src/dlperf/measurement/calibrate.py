@@ -18,8 +18,8 @@ import torch
 
 from ..errors import DlperfError
 from ..hardware.spec import load_spec_file
+from ..hardware.timing import time_callable
 from . import probe
-from .timing import time_callable
 
 PLATEAU_SIZES = (2**10, 2**12, 2**14, 2**16, 2**18, 2**20, 2**22)
 

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..errors import DlperfError
-from .timing import time_callable
+from ..hardware.timing import time_callable
 
 
 @dataclass
