@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from ..errors import DlperfError
+from ..hardware.cpu import probe_cpu
 from ..hardware.spec import load_spec_file
 from ..hardware.timing import time_callable
 from . import probe
@@ -59,8 +60,6 @@ def calibrate_device(device: str = "cpu") -> dict:
         raise DlperfError("no CUDA device here; use --device cpu")
     if device not in ("cpu", "cuda"):
         raise DlperfError(f"unknown device {device!r}; use cpu or cuda")
-    from ..hardware.cpu import probe_cpu
-
     doc = probe_cpu() if device == "cpu" else _probe_cuda()
     doc.pop("probe", None)  # the cache's own record; a spec file is the device's facts
     eff = doc.setdefault("efficiency", {})

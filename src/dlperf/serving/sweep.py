@@ -28,6 +28,7 @@ from ..errors import DlperfError
 from ..run import Run, Session
 from .api import serve
 from .quant import SCHEMES
+from .simulate import Simulator
 
 RATE_PROMPTS = 200
 RATE_SHARES = (0.125, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25)
@@ -155,8 +156,6 @@ def serving_sweep(
 def _rates(sweep: ServingSweep, run: Run, session: Session) -> None:
     """The latencies against the request rate (module docstring), or a note
     saying why there are none."""
-    from .simulate import Simulator
-
     try:
         sim = Simulator(
             run, dataset=f"random:in={sweep.input_len},out={sweep.output_len}",
