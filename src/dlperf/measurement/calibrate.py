@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 
 from ..errors import DlperfError
+from ..hardware import probe
 from ..hardware.cpu import probe_cpu
 from ..hardware.spec import load_spec_file
 from ..hardware.timing import time_callable
-from . import probe
 
 PLATEAU_SIZES = (2**10, 2**12, 2**14, 2**16, 2**18, 2**20, 2**22)
 
