@@ -10,7 +10,7 @@ cores of `checkpointing`), the block's input (what a
 checkpointed segment keeps), the largest backward working set, the
 predicted seconds of each phase under the run's checkpointing policy
 (recompute counted in backward, where it runs), and the contraction FLOPs
-(MFU). Mixture-of-experts facts come from `dlperf.moe.moe_facts` where the
+(MFU). Mixture-of-experts facts come from `parallel.moe.moe_facts` where the
 model has routed experts: MoE layers, experts, top-k, expert parameters,
 tokens per layer call and the hidden size; `experts == 0` is a dense model.
 """
@@ -24,7 +24,6 @@ from ..checkpointing import op_saved, op_saved_events
 from ..dtypes import bytes_per_element
 from ..kinds import Category
 from ..models.inputs import resize_inputs
-from ..moe import moe_facts
 from ..ops.linear import activation_operand
 from ..precision import Precision
 from ..precision import precision as resolve_precision
@@ -39,6 +38,7 @@ from ..training_memory import (
     transient_bytes,
 )
 from ..training_memory.report import saved_as_run
+from .moe import moe_facts
 from .tensor_parallel import has_linear_layers, roofline_weight, split_share, split_storages
 
 _ATTENTION_FAMILIES = frozenset({"attention", "softmax"})
@@ -317,7 +317,7 @@ def _boundary_elements(trace: Trace, region) -> float:
 
 
 def _moe_fields(trace: Trace) -> dict:
-    """The mixture-of-experts facts of `dlperf.moe.moe_facts` (none: a dense model)."""
+    """The mixture-of-experts facts of `parallel.moe.moe_facts` (none: a dense model)."""
     facts = moe_facts(trace)
     if facts is None:
         return {}
