@@ -185,7 +185,7 @@ class HardwareSpec:
     tensor_core_clock_mhz: float | None = None
     tdp_watts: float | None = None
     # A cap below the TDP (`nvidia-smi -pl`, `--power-limit`): the clock drops to
-    # what the cap feeds (`kernels.clocks`). None: the card's own TDP.
+    # what the cap feeds (`hardware.clocks`). None: the card's own TDP.
     power_limit_watts: float | None = None
     # The PyTorch version whose kernels run (SDPA's dispatcher order); "": the installed one.
     torch_version: str = ""
