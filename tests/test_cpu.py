@@ -7,7 +7,7 @@ import pytest
 import dlperf
 from dlperf.errors import DlperfError
 from dlperf.hardware import cpu
-from dlperf.measurement.timing import time_callable
+from dlperf.hardware.timing import time_callable
 from tests.fake_cpu import fake_cpu_doc
 
 
@@ -57,7 +57,7 @@ def test_timing_budget_stops_sampling_after_one_sample():
 
 
 def _stub_probes(monkeypatch, asked):
-    from dlperf.measurement import probe
+    from dlperf.hardware import probe
 
     def matmul(dtype, budget_s, sizes):
         asked[dtype] = sizes

@@ -16,9 +16,9 @@ import pytest
 
 import dlperf
 from dlperf.errors import DlperfError
+from dlperf.hardware.clocks import power_cap_fraction
 from dlperf.hardware.spec import SPECS_DIR
 from dlperf.kernels.attention import attention_efficiency, choose_backend, cudnn_first
-from dlperf.kernels.clocks import power_cap_fraction
 from dlperf.kernels.fixed_costs import gap_s, streaming_latency_s
 from dlperf.kernels.gemm_tiles import predict_many
 from dlperf.kernels.host import issue_timeline

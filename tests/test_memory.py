@@ -202,7 +202,7 @@ def test_activations_by_module_follow_the_checkpointing():
     # saved without checkpointing (3 GiB in the blocks) under a total of 1.2 GiB. Now each
     # table adds up to its policy's activations: the blocks keep their inputs, and one
     # segment's activations come back in backward
-    from dlperf.training_memory.checkpointing import RECOMPUTED
+    from dlperf.checkpointing import RECOMPUTED
 
     model = "hf:gpt2:layers=4,hidden=128,heads=4"
     plain = dlperf.memory(model, gpu="a100", batch=4)
@@ -220,8 +220,8 @@ def test_selective_op_saves_every_other_linear_and_the_attention_output():
     # q, k, v, o, gate, up, down: the 1st, 3rd, 5th and 7th are saved: q (8 x 64 x 4 B =
     # 2048), v (2048), gate (8 x 128 x 4 = 4096), down (2048); and the attention kernel's
     # output (4 x 8 x 16 x 4 = 2048) and log-sum-exp (4 x 8 x 4 = 128): 12416 bytes
+    from dlperf.checkpointing import checkpoint_plan, op_saved, op_saved_bytes
     from dlperf.run import Session, resolve
-    from dlperf.training_memory.checkpointing import checkpoint_plan, op_saved, op_saved_bytes
 
     model = "hf:llama:layers=2,hidden=64,heads=4,kv_heads=4,mlp=128,vocab=100"
     run = resolve(model, gpu="a100", precision="fp32", batch=1, seq_len=8)

@@ -1,6 +1,6 @@
 """Mixture-of-experts layers: traced as one `dlperf::moe` op per layer call and
 phase, priced as grouped GEMMs at a balanced router's token counts, and the
-facts a plan reads (`dlperf.moe.moe_facts`)."""
+facts a plan reads (`dlperf.parallel.moe.moe_facts`)."""
 
 import json
 import subprocess
@@ -13,9 +13,9 @@ from torch import nn
 
 import dlperf
 from dlperf.models import load_model
-from dlperf.moe import moe_facts
 from dlperf.ops import CostContext, costed
 from dlperf.ops.moe import expert_gemms
+from dlperf.parallel.moe import moe_facts
 from dlperf.precision import precision
 from dlperf.run import Session, resolve
 from dlperf.tracing import trace, within

@@ -15,10 +15,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from .checkpointing import with_recompute
 from .compiling import FusionSummary, fuse
 from .dtypes import name_of
 from .hardware import HardwareSpec
 from .hardware.calibration import layer_keys
+from .kernels.energy import step_energy
 from .kernels.host import HostTimeline, issue_timeline
 from .kernels.losses import Loss
 from .kernels.pricing import (
@@ -227,8 +229,6 @@ class Analysis:
     @property
     def energy(self):
         """The step's joules on its GPU (`kernels.energy`); None on a CPU."""
-        from .kernels.energy import step_energy
-
         return step_energy(self)
 
     def run_totals(
@@ -452,9 +452,6 @@ def _costed(trace: Trace, checkpoint: str) -> tuple[list[tuple], Counter]:
     events no handler knows are counted and priced by `fallback`."""
     events = trace.events
     if trace.training and checkpoint != "none":
-        # training_memory reads analyses: imported here, not at the top
-        from .training_memory.checkpointing import with_recompute
-
         events = with_recompute(trace, checkpoint)
     ctx = CostContext(trace.precision)
     priced = []

@@ -39,6 +39,7 @@ from typing import NamedTuple
 import torch
 
 from .errors import DlperfError, close_matches
+from .kernels.attention import torch_version
 from .kinds import Category, Phase
 from .ops import Cost, Costed
 from .tracing import OpEvent, Trace
@@ -355,8 +356,6 @@ _CLIP_SCALARS = 5
 def _torch_since(spec, version: tuple[int, int]) -> bool:
     """Whether the spec's PyTorch (`--torch-version`, else the installed one)
     is `version` or later."""
-    from .kernels.attention import torch_version
-
     return torch_version(spec)[:2] >= version
 
 

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from ..errors import DlperfError, close_matches
+from .cpu import cpu_spec
 from .spec import (
     CPU_CUDA_CONTEXT,
     CPU_POWER_LIMIT,
@@ -111,8 +112,6 @@ def _lookup(name_or_path) -> HardwareSpec:
         return name_or_path
     name = str(name_or_path)
     if name.lower() in CPU_NAMES:
-        from .cpu import cpu_spec
-
         return cpu_spec()
     looks_like_file = name.lower().endswith((".toml", ".json")) or "/" in name
     if looks_like_file or Path(name).is_file():

@@ -29,7 +29,9 @@ import sys
 import time
 from pathlib import Path
 
+from ..costs import AttentionShape
 from ..errors import DlperfError
+from . import probe
 from .spec import HardwareSpec, spec_from_dict
 
 # 4: the cache keeps when, under what load, and a quick matmul's rate; 5: fresh pages'
@@ -126,6 +128,31 @@ def conv_reduction_knee(points: list[tuple[float, float]], peak_flops_per_s: flo
     return best
 
 
+# PyTorch's CPU flash kernel (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp),
+# forward and backward alike: query blocks of 32, 64 or 256 rows (queries under
+# 192, under 768, more), each run against key blocks of 512 up to its last causal
+# key; a key block is computed whole and its masked part filled afterwards.
+CPU_FLASH_KEY_BLOCK = 512
+CPU_FLASH_QUERY_BLOCKS = ((192, 32), (768, 64))  # (queries under, rows a block)
+CPU_FLASH_LONG_QUERY_BLOCK = 256
+
+
+def cpu_flash_useful_share(shape: AttentionShape) -> float:
+    """The scores PyTorch's CPU flash kernel computes that a causal mask keeps
+    (`AttentionShape.flops` counts those), over the scores it computes."""
+    if not shape.causal:
+        return 1.0
+    q, kv = shape.q_len, shape.kv_len
+    rows = next((r for below, r in CPU_FLASH_QUERY_BLOCKS if q < below), CPU_FLASH_LONG_QUERY_BLOCK)
+    computed = 0
+    for start in range(0, q, rows):
+        block = min(rows, q - start)
+        keys = min(start + block, kv)
+        computed += block * min(kv, math.ceil(keys / CPU_FLASH_KEY_BLOCK) * CPU_FLASH_KEY_BLOCK)
+    return min(1.0, q * kv / 2 / computed) if computed else 1.0
+
+
+
 def probe_cpu(budget_s: float | None = None, progress=None) -> dict:
     """Measure this machine and return a spec document (plain data).
 
@@ -133,8 +160,6 @@ def probe_cpu(budget_s: float | None = None, progress=None) -> dict:
     gets one line per measured figure (stderr by default).
     """
     import torch
-
-    from ..measurement import probe
 
     budget = PROBE_BUDGET_S if budget_s is None else budget_s
     say = progress or _to_stderr
@@ -210,10 +235,6 @@ def _attention_efficiencies(peak_flops_per_s: float, budget: float) -> tuple[flo
     """(forward, backward) rate of PyTorch's CPU flash kernel on the probe's
     shape, as a share of the fp32 matmul rate over the scores it computes:
     the efficiency `kernels.attention` prices every CPU flash call with."""
-    from ..kernels.attention import cpu_flash_useful_share
-    from ..measurement import probe
-    from ..ops.cost import AttentionShape
-
     b, h, s, d = probe.ATTENTION_PROBE_SHAPE
     times = probe.attention_seconds(budget_s=budget * _SHARES["attention"])
     found = []
@@ -236,8 +257,6 @@ def _load_per_core() -> float | None:
 
 
 def _quick_rate() -> float:
-    from ..measurement import probe
-
     return probe.matmul_flops_per_s("fp32", budget_s=QUICK_BUDGET_S, sizes=(QUICK_SIZE,))
 
 

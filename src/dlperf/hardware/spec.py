@@ -20,6 +20,7 @@ from pathlib import Path
 from ..dtypes import DTYPES, bytes_per_element, check_dtype
 from ..errors import DlperfError
 from .calibration import Calibration, calibration_from_dict
+from .clocks import sustained_clock_fraction
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -184,7 +185,7 @@ class HardwareSpec:
     tensor_core_clock_mhz: float | None = None
     tdp_watts: float | None = None
     # A cap below the TDP (`nvidia-smi -pl`, `--power-limit`): the clock drops to
-    # what the cap feeds (`kernels.clocks`). None: the card's own TDP.
+    # what the cap feeds (`hardware.clocks`). None: the card's own TDP.
     power_limit_watts: float | None = None
     # The PyTorch version whose kernels run (SDPA's dispatcher order); "": the installed one.
     torch_version: str = ""
@@ -240,9 +241,7 @@ class HardwareSpec:
 
     def sustained_clock_fraction(self, tensor_cores: bool = False) -> float:
         """Fraction of the rated clock the SMs hold under a full math load, under
-        the card's power limit (`kernels.clocks`)."""
-        from ..kernels.clocks import sustained_clock_fraction
-
+        the card's power limit (`hardware.clocks`)."""
         return sustained_clock_fraction(self, tensor_cores)
 
     def computed_peak_flops_per_s(self, dtype: str) -> float:

@@ -34,10 +34,11 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from ..costs import AttentionShape, Cost, Gemm
 from ..dtypes import bytes_per_element, runnable_dtype
 from ..errors import DlperfError
+from ..hardware.cpu import cpu_flash_useful_share
 from ..hardware.spec import parse_torch_version
-from ..ops.cost import AttentionShape, Cost, Gemm
 
 # The kernels `choose_backend` names: SDPA's own, and two from outside PyTorch.
 BACKENDS = ("flash", "efficient", "cudnn", "math", "flash3", "flash1", "triton")
@@ -324,30 +325,6 @@ def _exp_share(spec, shape: AttentionShape, head_dim: int, peak: float) -> float
     exp_rate = eff.special_function_ops_per_clock_per_sm * spec.sm_count * clock
     per_score = 2.0 * (head_dim + head_dim) if shape.phase == "forward" else 2.0 * 5 * head_dim
     return (1.0 / exp_rate) / (per_score / peak)
-
-
-# PyTorch's CPU flash kernel (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp),
-# forward and backward alike: query blocks of 32, 64 or 256 rows (queries under
-# 192, under 768, more), each run against key blocks of 512 up to its last causal
-# key; a key block is computed whole and its masked part filled afterwards.
-CPU_FLASH_KEY_BLOCK = 512
-CPU_FLASH_QUERY_BLOCKS = ((192, 32), (768, 64))  # (queries under, rows a block)
-CPU_FLASH_LONG_QUERY_BLOCK = 256
-
-
-def cpu_flash_useful_share(shape: AttentionShape) -> float:
-    """The scores PyTorch's CPU flash kernel computes that a causal mask keeps
-    (`AttentionShape.flops` counts those), over the scores it computes."""
-    if not shape.causal:
-        return 1.0
-    q, kv = shape.q_len, shape.kv_len
-    rows = next((r for below, r in CPU_FLASH_QUERY_BLOCKS if q < below), CPU_FLASH_LONG_QUERY_BLOCK)
-    computed = 0
-    for start in range(0, q, rows):
-        block = min(rows, q - start)
-        keys = min(start + block, kv)
-        computed += block * min(kv, math.ceil(keys / CPU_FLASH_KEY_BLOCK) * CPU_FLASH_KEY_BLOCK)
-    return min(1.0, q * kv / 2 / computed) if computed else 1.0
 
 
 def attention_efficiency(spec, shape: AttentionShape, backend: str, peak: float) -> float:

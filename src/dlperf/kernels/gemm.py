@@ -13,12 +13,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..costs import Cost, Gemm
 from ..dtypes import accumulator_bytes, bytes_per_element, check_dtype
 from ..errors import DlperfError
 from ..hardware import HardwareSpec
 from ..hardware import gpu as get_gpu
 from ..kinds import Bound, LossKind
-from ..ops.cost import Cost, Gemm
 from .gemm_tiles import TILES, predict_many
 from .pricing import GemmTimer, Timing, time
 from .roofline import arithmetic_intensity

@@ -21,10 +21,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..costs import Cost, Gemm
 from ..dtypes import runnable_dtype
 from ..hardware import HardwareSpec
 from ..kinds import Bound
-from ..ops.cost import Cost, Gemm
 from .attention import BLOCK_ROWS, KERNEL_NAMES, choose_backend, fused_terms, math_cost
 from .gemm_tiles import GemmPrice, is_starved, predict_many
 from .losses import (

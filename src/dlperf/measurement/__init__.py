@@ -1,1 +1,3 @@
-"""Measurement on the device at hand: timing harness and peak probes."""
+"""Measurement on the device at hand: a model run for real beside its prediction,
+calibration, profiler traces, collectives (the probes and the timing harness
+they use are in `hardware`)."""

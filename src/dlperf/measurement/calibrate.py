@@ -17,9 +17,10 @@ from pathlib import Path
 import torch
 
 from ..errors import DlperfError
+from ..hardware import probe
+from ..hardware.cpu import probe_cpu
 from ..hardware.spec import load_spec_file
-from . import probe
-from .timing import time_callable
+from ..hardware.timing import time_callable
 
 PLATEAU_SIZES = (2**10, 2**12, 2**14, 2**16, 2**18, 2**20, 2**22)
 
@@ -59,8 +60,6 @@ def calibrate_device(device: str = "cpu") -> dict:
         raise DlperfError("no CUDA device here; use --device cpu")
     if device not in ("cpu", "cuda"):
         raise DlperfError(f"unknown device {device!r}; use cpu or cuda")
-    from ..hardware.cpu import probe_cpu
-
     doc = probe_cpu() if device == "cpu" else _probe_cuda()
     doc.pop("probe", None)  # the cache's own record; a spec file is the device's facts
     eff = doc.setdefault("efficiency", {})

@@ -24,6 +24,7 @@ from ..kernels.roofline import roofline_time_s
 from ..kinds import module_at_depth
 from ..optimizer import step_style
 from .kineto import Kernel, TraceData, busy_time_us, kernel_spans
+from .ranks import priced_collectives
 from .trace_match import (
     FUSED_OPTIMIZER_CALL,
     OPTIMIZER,
@@ -395,8 +396,6 @@ def communication_summary(kernels: list[Kernel], spec, steps: int) -> dict:
     """Communication kernels of one rank's trace: their time, the part no
     compute kernel overlaps (exposed), per step, and those whose size the
     trace records priced by dlperf's collective model (`ranks`)."""
-    from .ranks import priced_collectives
-
     comm = [k for k in kernels if kernel_class(k.name) == COMMUNICATION]
     if not comm:
         return {}

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from ..dtypes import bytes_per_element
 from ..errors import DlperfError
+from ..parallel.collectives import collective_time_s
+from ..parallel.network import interconnect_for
 from .kineto import Kernel
 
 # PyTorch's collective names (record_param_comms' "Collective name") -> dlperf's kinds
@@ -93,9 +95,6 @@ def _count(value) -> bool:
 def priced_collectives(comm: list[Kernel], spec, steps: int) -> dict:
     """Measured and predicted seconds per step of the collectives whose size
     the trace records; how many it does not."""
-    from ..parallel.collectives import collective_time_s
-    from ..parallel.network import interconnect_for
-
     measured = predicted = 0.0
     priced = unpriced = 0
     for k in comm:

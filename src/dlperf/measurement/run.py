@@ -23,7 +23,9 @@ import torch
 from torch import nn
 
 from ..errors import DlperfError
-from .timing import time_callable
+from ..hardware.timing import time_callable
+from ..tracing import _loss_of
+from .kineto import TENSOR_CORE_NAMES
 
 
 @dataclass
@@ -113,8 +115,6 @@ def _adamw(model: nn.Module, name: str) -> torch.optim.Optimizer | None:
 
 
 def _step_fn(model, inputs, training: bool, autocast_dtype, device: str, optimizer_name: str):
-    from ..tracing import _loss_of
-
     optimizer = _adamw(model, optimizer_name) if training else None
     args, kwargs = (
         ((), inputs)
@@ -276,8 +276,6 @@ def _beside_predictions(analysis, measured: dict, steps: int) -> tuple[list[dict
 
 def _tensor_core_usage(prof) -> dict:  # pragma: no cover - needs a GPU
     """'Am I using Tensor Cores?': GEMM and convolution kernels by name."""
-    from .kineto import TENSOR_CORE_NAMES
-
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     gemm = [e for e in kernels if any(s in e.name.lower() for s in ("gemm", "conv", "cutlass"))]
     return {

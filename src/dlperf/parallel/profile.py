@@ -6,11 +6,11 @@ loss: the last stage).
 Every figure is per micro-batch on one GPU, as traced, before any
 parallelism: bytes of saved activations (and the parts tensor parallelism
 splits, `tensor_parallel.py`, and selective recompute drops, the attention
-cores of `training_memory.checkpointing`), the block's input (what a
+cores of `checkpointing`), the block's input (what a
 checkpointed segment keeps), the largest backward working set, the
 predicted seconds of each phase under the run's checkpointing policy
 (recompute counted in backward, where it runs), and the contraction FLOPs
-(MFU). Mixture-of-experts facts come from `dlperf.moe.moe_facts` where the
+(MFU). Mixture-of-experts facts come from `parallel.moe.moe_facts` where the
 model has routed experts: MoE layers, experts, top-k, expert parameters,
 tokens per layer call and the hidden size; `experts == 0` is a dense model.
 """
@@ -20,10 +20,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..checkpointing import op_saved, op_saved_events
 from ..dtypes import bytes_per_element
 from ..kinds import Category
 from ..models.inputs import resize_inputs
-from ..moe import moe_facts
+from ..ops.linear import activation_operand
 from ..precision import Precision
 from ..precision import precision as resolve_precision
 from ..run import first_tensor
@@ -36,8 +37,8 @@ from ..training_memory import (
     step_peaks,
     transient_bytes,
 )
-from ..training_memory.checkpointing import op_saved, op_saved_events
 from ..training_memory.report import saved_as_run
+from .moe import moe_facts
 from .tensor_parallel import has_linear_layers, roofline_weight, split_share, split_storages
 
 _ATTENTION_FAMILIES = frozenset({"attention", "softmax"})
@@ -242,8 +243,6 @@ def _op_saved(trace: Trace, split: frozenset[int]) -> tuple[float, float]:
 def _recomputed_reduces(trace: Trace, region, split: frozenset[int], checkpoint: str) -> float:
     """Row-parallel linear GEMMs (reading a split activation) that a checkpointed
     block runs again, over all blocks: under selective-op only the unsaved ones."""
-    from ..ops.linear import activation_operand
-
     kept = op_saved_events(trace) if parse_checkpoint(checkpoint)[0] == "selective-op" else set()
     count = 0
     for i, e in enumerate(trace.events):
@@ -318,7 +317,7 @@ def _boundary_elements(trace: Trace, region) -> float:
 
 
 def _moe_fields(trace: Trace) -> dict:
-    """The mixture-of-experts facts of `dlperf.moe.moe_facts` (none: a dense model)."""
+    """The mixture-of-experts facts of `parallel.moe.moe_facts` (none: a dense model)."""
     facts = moe_facts(trace)
     if facts is None:
         return {}

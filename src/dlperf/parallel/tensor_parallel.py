@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from ..ops import CostContext, costed, fallback
 from ..ops.linear import activation_operand
 from ..tracing import OpEvent, Trace
 
@@ -95,8 +96,6 @@ def _weight_casts(forward: list[OpEvent]) -> set[int]:
 def roofline_weight(spec, precision) -> Callable[[OpEvent], float]:
     """An op's time on `spec` by the roofline: its math at the precision's peak
     or its bytes at the memory bandwidth, whichever is longer."""
-    from ..ops import CostContext, costed, fallback
-
     ctx = CostContext(precision)
     dtype = precision.math if spec.has_dtype(precision.math) else "fp32"
     peak, bandwidth = spec.peak_flops_per_s(dtype), spec.memory_bandwidth_bytes_per_s

@@ -8,6 +8,8 @@ import html
 import io
 import re
 
+from ..errors import DlperfError
+
 # Op categories in colours no roof line uses (the roofs are drawn in greys).
 CATEGORY_COLORS = {
     "contraction": "#1f77b4",
@@ -40,8 +42,6 @@ def figure(width=7.0, height=4.0):
     try:
         import matplotlib
     except ImportError:
-        from ..errors import DlperfError
-
         raise DlperfError("charts need matplotlib: pip install matplotlib") from None
 
     matplotlib.use("Agg")

@@ -17,6 +17,12 @@ from .charts import (  # noqa: F401  (CATEGORY_COLORS, module_pattern, op_groups
     roofline_svg,
     scatter_svg,
 )
+from .html_parts import Raw
+from .html_parts import ms as _ms
+from .html_parts import panel as _panel
+from .html_parts import row as _row
+from .html_parts import table as _table
+from .html_serve import serving_section
 from .modules import module_tree
 from .terminal.analysis import run_lines
 from .terminal.format import relative_error
@@ -55,43 +61,12 @@ def render(
     if comparison is not None:
         parts.append(_compared(comparison))
     if serving is not None:
-        from .html_serve import serving_section  # it builds on this module's tables
-
         parts.append(serving_section(serving))
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>dlperf report: {html.escape(analysis.model)}</title><style>{STYLE}</style>"
         "</head><body>" + "\n".join(p for p in parts if p) + "</body></html>\n"
     )
-
-
-class Raw(str):
-    """A table cell that is already HTML (the renderer's own markup, never user text)."""
-
-
-def _cell(value) -> str:
-    return value if isinstance(value, Raw) else html.escape(str(value))
-
-
-def _table(headers: list[str], rows: list[list], note: str = "", css: str = "") -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    head = f"<thead><tr>{head}</tr></thead>" if any(headers) else ""
-    body = "".join("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in row) + "</tr>" for row in rows)
-    extra = f"<p class='note'>{html.escape(note)}</p>" if note else ""
-    cls = f" class='{css}'" if css else ""
-    return f"<table{cls}>{head}<tbody>{body}</tbody></table>{extra}"
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3f} ms"
-
-
-def _panel(*parts: str) -> str:
-    return "<section class='panel'>" + "".join(parts) + "</section>"
-
-
-def _row(*panels: str, css: str = "row") -> str:
-    return f"<div class='{css}'>" + "".join(panels) + "</div>"
 
 
 def _lead(analysis, memory) -> str:

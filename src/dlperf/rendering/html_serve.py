@@ -8,7 +8,10 @@ from __future__ import annotations
 import html
 
 from .charts import lines_svg
-from .html import _ms, _panel, _row, _table
+from .html_parts import ms as _ms
+from .html_parts import panel as _panel
+from .html_parts import row as _row
+from .html_parts import table as _table
 
 MEMORY_LIMIT = "memory limit"
 

@@ -15,8 +15,12 @@ from ..errors import DlperfError
 from ..hardware import gpu as get_gpu
 from ..kernels.gemm import gemm
 from ..kernels.gemm_tiles import TILES, predict_many
-from ..kernels.pricing import on_chip_bytes
+from ..kernels.pricing import on_chip_bytes, time
 from ..kernels.roofline import streaming_time_s
+from ..ops.cost import Cost, CostContext
+from ..ops.rnn import persistence, rnn_gemms
+from ..precision import precision
+from .charts import figure, svg
 
 SWEEPS = {}
 
@@ -130,10 +134,6 @@ def _lstm_step(spec, hidden: int, batch: int, persistent: bool) -> float:
     persistent kernel (the guide's limits on hidden size and minibatch)."""
     import torch
 
-    from ..kernels.pricing import time
-    from ..ops.cost import Cost, CostContext
-    from ..ops.rnn import persistence, rnn_gemms
-    from ..precision import precision
 
     info = {
         "mode": "LSTM",
@@ -216,7 +216,6 @@ def run_sweep(name: str, gpu: str | None, out_dir: str) -> list[str]:
         writer = csv.writer(f)
         writer.writerow(list(data))
         writer.writerows(zip(*data.values(), strict=True))
-    from .charts import figure, svg
 
     fig, ax = figure(7, 4)
     for y in ys:

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from ..analysis import OpRow, dtype_of, op_row
+from ..compiling import fuse
 from ..hardware import HardwareSpec
 from ..kernels.pricing import GemmTimer, time
 from ..kinds import Bound, Category, Phase
@@ -141,8 +142,6 @@ def price_trace(recorded, engine: Engine, tp: int | None = None):
             found = fallback(event)
         priced.append((event, found))
     if engine.fused:
-        from ..compiling import fuse
-
         priced, _ = fuse(priced, recorded)
     priced, collectives, sharded = shard(priced, engine.tp if tp is None else tp)
     priced = quantize(priced, engine.scheme, engine.kv_dtype, recorded.blocks)

@@ -21,6 +21,7 @@ from torch import nn
 from torch.func import functional_call
 
 from ..errors import DlperfError
+from ..hardware import probe
 from ..precision import Precision
 from ..precision import precision as get_precision
 from .attention import FUSED_REQUESTS, fused_attention
@@ -170,3 +171,11 @@ def _where(model: nn.Module, recorder: Recorder) -> str:
     if path and path in recorder.module_types:
         return f"{path} ({recorder.module_types[path]})"
     return path or type(model).__name__
+
+
+def _recorded_training_ops(model: nn.Module, x: torch.Tensor) -> int:
+    recorded = trace(model, x, training=True, precision=get_precision("fp32"))
+    return sum(1 for e in recorded.events if not e.op.startswith("aten.detach"))
+
+
+probe.use_tracer(probe.StepTracer(_recorded_training_ops, _loss_of))

@@ -18,9 +18,7 @@ report.py makes `dlperf memory`'s report of one run, with the checkpointing
 what-ifs and the largest batch and sequence that fit.
 """
 
-from ..models.inputs import resize_inputs
-from ..optimizer import OPTIMIZERS, state_bytes
-from .checkpointing import (
+from ..checkpointing import (
     CHECKPOINT_HELP,
     CheckpointPlan,
     Region,
@@ -33,6 +31,8 @@ from .checkpointing import (
     segments,
     with_recompute,
 )
+from ..models.inputs import resize_inputs
+from ..optimizer import OPTIMIZERS, state_bytes
 from .partitioner import partitioned
 from .report import (
     CHECKPOINT_WHAT_IFS,

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..analysis import analyze_trace
+from ..checkpointing import kept_by_module, parse_checkpoint
 from ..errors import DlperfError
 from ..models.inputs import resize_inputs
 from ..tracing import OpEvent, Trace, within
-from .checkpointing import kept_by_module, parse_checkpoint
 from .partitioner import partitioned
 from .step import StepMemory, step_memory
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..checkpointing import with_recompute
 from ..kinds import Phase
 from ..optimizer import get_optimizer, state_bytes
 from ..tracing import Trace
 from ..tracing.events import storage_sizes
 from .allocator import AllocatorPeaks, CachingAllocator
-from .checkpointing import with_recompute
 
 STEPS = 2  # the first step allocates the optimizer's states; the second is steady
 MICRO_BATCHES = 2  # the first allocates the gradients; later ones add into them

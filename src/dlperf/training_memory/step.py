@@ -16,6 +16,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..checkpointing import checkpoint_plan
 from ..hardware import HardwareSpec
 from ..hardware.framework import architecture_table
 from ..hardware.spec import SPECS_DIR
@@ -23,7 +24,6 @@ from ..kinds import Phase, module_at_depth
 from ..optimizer import state_bytes
 from ..precision import Precision, precision
 from ..tracing import OpEvent, Trace
-from .checkpointing import checkpoint_plan
 from .reserved import step_peaks
 
 FRAMEWORK_MEMORY_FILE = SPECS_DIR / "_framework_memory.toml"

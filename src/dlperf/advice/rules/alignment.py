@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from torch import nn
 
-from .. import GETTING_STARTED, TALK, fixes, rule
+from .. import fixes
 from ..context import Step
+from ..registry import GETTING_STARTED, TALK, rule
 from .common import MIN_SHARE, priced, rows_of, share, tensor_cores
 
 

@@ -3,7 +3,8 @@ GEMMs too small (a small batch) to be math-limited."""
 
 from __future__ import annotations
 
-from .. import GETTING_STARTED, MEMORY_LIMITED, TALK, Finding, rule
+from ...training_memory import resize_inputs
+from ..registry import GETTING_STARTED, MEMORY_LIMITED, TALK, Finding, rule
 from .common import MIN_SHARE, severity, share
 
 # Share of the per-kernel launch latency CUDA graphs or torch.compile remove.
@@ -86,8 +87,6 @@ def latency_bound(ctx):
     f"{GETTING_STARTED} §2.1; {TALK}, 'Linear layers' (batch > 128)",
 )
 def small_batch(ctx):
-    from ...training_memory import resize_inputs
-
     rows = [r for r in ctx.analysis.rows if r.category == "contraction" and r.bound != "math"]
     time = sum(r.time_s for r in rows)
     if share(ctx, time) < 0.3 or ctx.analysis.batch >= 512:

@@ -4,7 +4,7 @@ and a finding priced by its rule's own fix."""
 from __future__ import annotations
 
 from ...tracing import within
-from .. import RULES, Finding
+from ..registry import RULES, Finding
 
 # A layer whose ops take less than this share of the step is not worth a finding.
 MIN_SHARE = 0.005

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from torch import nn
 
-from .. import TALK, fixes, rule
+from .. import fixes
 from ..context import Step
+from ..registry import TALK, rule
 from .common import priced
 
 # Bytes a parameter costs in an AMP step with Adam: its fp32 value and gradient

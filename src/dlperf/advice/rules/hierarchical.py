@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from .. import TALK, Finding, rule
+from ..registry import TALK, Finding, rule
 from .common import severity, share
 
 # Per kind of early memory-limited work: which rows it is, and what to do instead.

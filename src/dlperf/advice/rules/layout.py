@@ -6,8 +6,9 @@ from __future__ import annotations
 from torch import nn
 
 from ...kinds import LossKind
-from .. import TALK, Finding, fixes, rule
+from .. import fixes
 from ..context import Step
+from ..registry import TALK, Finding, rule
 from .common import priced, severity, tensor_cores
 
 

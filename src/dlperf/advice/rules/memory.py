@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .. import TALK, Finding, rule
+from ...training_memory import memory_report
+from ..registry import TALK, Finding, rule
 
 
 @rule(
@@ -13,8 +14,6 @@ from .. import TALK, Finding, rule
 def memory_fit(ctx):
     if not ctx.training:
         return []
-    from ...training_memory import memory_report
-
     report = memory_report(ctx.run, ctx.session)
     if report.fits:
         return []

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import GETTING_STARTED, TALK, rule
 from ..context import Step
+from ..registry import GETTING_STARTED, TALK, rule
 from .common import priced, tensor_cores
 
 

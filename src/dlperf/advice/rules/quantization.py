@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ...kernels.gemm import gemm
-from .. import TALK, Finding, fixes, rule
+from .. import fixes
+from ..registry import TALK, Finding, rule
 from .common import MIN_SHARE, severity, share
 
 # A GEMM loses work worth a finding below this tile or (several-wave) efficiency.

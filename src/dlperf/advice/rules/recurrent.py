@@ -3,13 +3,13 @@ persistent kernels."""
 
 from __future__ import annotations
 
-from .. import RECURRENT, Finding, fixes, rule
+from ...ops.rnn import PERSISTENT_MAX_HIDDEN
+from .. import fixes
+from ..registry import RECURRENT, Finding, rule
 
 
 def _size_advice(layer, batch: int, dtype: str) -> list[str]:
     """What to change in a recurrent layer's hidden size and minibatch."""
-    from ...ops.rnn import PERSISTENT_MAX_HIDDEN
-
     hidden = layer.hidden_size
     advice = []
     if dtype == "fp16":

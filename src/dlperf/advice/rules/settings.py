@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import TALK, Finding, rule
+from ..registry import TALK, Finding, rule
 from .common import tensor_cores
 
 

@@ -12,7 +12,7 @@ import dataclasses
 
 from ...ops.linear import is_linear_module
 from ...precision import sparsity_refusal, with_sparsity
-from .. import TALK, Finding, rule
+from ..registry import TALK, Finding, rule
 from .common import MIN_SHARE, severity, share
 
 # A GEMM is large enough for the sparse path to pay when each of its sides is

@@ -8,8 +8,9 @@ from ...dtypes import torch_dtype
 from ...kernels import pricing
 from ...ops import CostContext, cost_of
 from ...tracing import OpEvent, TensorMeta
-from .. import TALK, Finding, fixes, rule
+from .. import fixes
 from ..context import Step
+from ..registry import TALK, Finding, rule
 from .common import MIN_SHARE, priced, severity
 
 # Rows of an attention module the fused kernel replaces.

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .tracing import Trace
-from .tracing.moe import MOE_OP, moe_shape
+from ..tracing import Trace
+from ..tracing.moe import MOE_OP, moe_shape
 
 
 @dataclass(frozen=True)

@@ -50,9 +50,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import DlperfError
-from ..kinds import Phase, module_at_depth
-from ..tracing import OpEvent, Trace, within
+from .errors import DlperfError
+from .kinds import Phase, module_at_depth
+from .ops.linear import activation_operand
+from .tracing import OpEvent, Trace, within
 
 CHECKPOINT_HELP = (
     "none, full, selective, selective-op or every:K (blocks = full, sqrt = every:sqrt(blocks))"
@@ -120,8 +121,6 @@ def op_saved(trace: Trace) -> dict[str, list[int]]:
     """Per repeated block, the forward events whose outputs the per-op policy
     saves (selective-op, module docstring): every other linear GEMM, from the
     first, and the fused attention kernels. One pass over the trace."""
-    from ..ops.linear import activation_operand
-
     owner = _segment_of([[b] for b in trace.blocks])
     saved: dict[str, list[int]] = {b: [] for b in trace.blocks}
     linears = dict.fromkeys(trace.blocks, 0)

@@ -21,7 +21,10 @@ Memory-bound kernels are not slowed: HBM runs on its own clock.
 
 from __future__ import annotations
 
-from ..hardware import HardwareSpec
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .spec import HardwareSpec
 
 
 def _linear_demand_fraction(spec: HardwareSpec, tensor_cores: bool) -> float:
