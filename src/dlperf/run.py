@@ -23,6 +23,7 @@ from .hardware import HardwareSpec
 from .hardware import gpu as get_gpu
 from .kernels.attention import ALIASES as ATTENTION_KERNEL_ALIASES
 from .models import LoadedModel, load_model, parse_input
+from .models.layout import channels_last
 from .precision import Precision, resolve_for, with_sparsity
 from .run_config import DEFAULT_GPU, KEYWORDS, DeviceConfig, RunConfig
 from .tracing import Trace, repeated_blocks, trace
@@ -189,8 +190,6 @@ def _in_channels_last(loaded: LoadedModel) -> LoadedModel:
     """A copy of the model and its inputs laid out NHWC (`--channels-last`), as
     `model.to(memory_format=torch.channels_last)` runs it; the caller's model
     and tensors are not changed."""
-    from .advice.fixes import channels_last
-
     def image(x) -> bool:
         if isinstance(x, torch.Tensor):
             return x.dim() == 4
