@@ -308,7 +308,7 @@ def test_fused_time_is_launch_plus_math_over_waves_or_memory():
         # at head size 64; 1024 / 128 = 8 K/V steps per block, causal: 8 / (8 + 3)
         return 1 / (1 / main + exp_share(64, per_score)) * 8 / 11
 
-    forward = efficiency(eff.attention_flash_forward_efficiency)
+    forward = efficiency(eff.attention["flash"].forward)
     math_s = s.flops / (312e12 * forward * 768 / 864)
     memory_s = 50e6 / (a100.memory_bandwidth_bytes_per_s * eff.dram_efficiency)
     assert timing.math_s == pytest.approx(math_s) and timing.memory_s == pytest.approx(memory_s)
@@ -321,7 +321,7 @@ def test_fused_time_is_launch_plus_math_over_waves_or_memory():
     # over key blocks
     back = dataclasses.replace(s, phase="backward")
     slower = pricing.time(Cost(flops=back.flops, attention=(back,)), a100)
-    ratio = 2.5 * forward / efficiency(eff.attention_flash_backward_efficiency, 10)
+    ratio = 2.5 * forward / efficiency(eff.attention["flash"].backward, 10)
     assert slower.math_s / timing.math_s == pytest.approx(ratio)
 
 

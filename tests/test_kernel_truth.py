@@ -203,15 +203,15 @@ def test_flash1_is_flash_attention_1_where_flash_attn_1_built_it():
     for spec in (A100, H100):
         eff = spec.efficiency
         for phase in ("forward", "backward"):
-            assert eff.attention_efficiency("flash1", phase) == pytest.approx(
-                eff.attention_efficiency("flash", phase) / 2, rel=0.01
+            assert eff.attention["flash1"].of(phase) == pytest.approx(
+                eff.attention["flash"].of(phase) / 2, rel=0.01
             )
     # priced through the same main loop: at its anchor head size and a long unmasked
     # sequence the exponentials' share is the anchor's own, so the kernel runs at the
     # anchor x its blocks' prologue factor 32 / 33 (4096 / 128 steps, one more)
     peak = A100.peak_flops_per_s("bf16")
     fa1 = attention_efficiency(A100, _shape(), "flash1", peak)
-    assert fa1 == pytest.approx(A100.efficiency.attention_flash1_forward_efficiency * 32 / 33)
+    assert fa1 == pytest.approx(A100.efficiency.attention["flash1"].forward * 32 / 33)
     fa2 = fused_terms(A100, _shape(), "flash").math_s
     assert fused_terms(A100, _shape(), "flash1").math_s == pytest.approx(fa2 * 2, rel=0.01)
     # flash-attn 1.x: sm75 (fp16) to sm90, head sizes multiples of 8 up to 128, no masks
@@ -245,7 +245,7 @@ def test_attention_efficiency_falls_with_head_size_short_sequences_and_causal_ma
         return (1 / exp_rate) / (4 * d / peak)
 
     # FlashAttention-2 runs the exponentials in turn: 1/anchor = 1/main + share(128)
-    anchor = eff.attention_flash_forward_efficiency
+    anchor = eff.attention["flash"].forward
     main = 1 / (1 / anchor - exp_share(128))
     steps = 4096 / 128  # K/V steps per block; one prologue/epilogue step more
     at_64 = 1 / (1 / main + exp_share(64)) * steps / (steps + 1)
@@ -258,7 +258,7 @@ def test_attention_efficiency_falls_with_head_size_short_sequences_and_causal_ma
     # a causal mask on 512 tokens: 4 steps, the block computes (4 + 1) / 2 of which 4 / 2
     # are useful, plus one: 4 / (4 + 3)
     short = attention_efficiency(H100, _shape(q_len=512, kv_len=512, causal=True), "flash3", peak)
-    assert short == pytest.approx(eff.attention_flash3_forward_efficiency * 4 / 7)
+    assert short == pytest.approx(eff.attention["flash3"].forward * 4 / 7)
 
 
 def test_attention_kernels_on_the_command_line_say_which_ran():

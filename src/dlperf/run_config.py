@@ -22,15 +22,13 @@ from dataclasses import dataclass, field, fields
 
 from .configs import read_config
 from .errors import DlperfError
+from .kernels.attention_backends import ATTENTION_CHOICES
 from .optimizer import get_optimizer
 from .precision import AUTO
 from .tracing.losses import LOSSES
 
-# flash is FlashAttention-2 (also flash2); flash3, flash1 and triton are kernels
-# from outside PyTorch that a model's SDPA calls are priced as.
-ATTENTION = (
-    "auto", "flash", "flash2", "flash3", "flash1", "cudnn", "efficient", "triton", "math", "eager"
-)  # fmt: skip
+# The --attention choices: auto, the registered kernels and their aliases, eager.
+ATTENTION = ATTENTION_CHOICES
 # The dtypes sharded data parallelism reduces gradients in: FSDP2's and
 # torchtitan's default fp32, or bf16 (FSDP's PURE mixed precision).
 REDUCE_DTYPES = ("fp32", "bf16")

@@ -10,10 +10,12 @@ and a spec file may override them in an `[efficiency]` table.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +40,26 @@ class MathUnit:
     peak_flops_per_s: float
     macs_per_clock_per_sm: float
     tensor_cores: bool
+
+
+PHASES = ("forward", "backward")
+ATTENTION_KEY = re.compile(r"^attention_(?P<backend>\w+)_(?P<phase>forward|backward)_efficiency$")
+
+
+def attention_key(backend: str, phase: str) -> str:
+    """The spec files' name of a fused attention kernel's efficiency in `phase`."""
+    return f"attention_{backend}_{phase}_efficiency"
+
+
+@dataclass(frozen=True)
+class PhaseEfficiency:
+    """A fused attention kernel's fraction of peak, forward and backward."""
+
+    forward: float
+    backward: float
+
+    def of(self, phase: str) -> float:
+        return {"forward": self.forward, "backward": self.backward}[phase]
 
 
 @dataclass(frozen=True)
@@ -132,39 +154,57 @@ class Efficiency:
     # SM from Maxwell on); a batch norm whose tensor fits in all SMs' share makes one pass.
     on_chip_bytes_per_sm: float
     # Fraction of the device's peak math rate (its attention dtype, sustained clock)
-    # that a fused attention kernel's main loop reaches, per backend and phase.
-    # Not fitted: taken from the kernels' papers (FlashAttention-2, Dao 2023;
-    # FlashAttention-3, Shah et al. 2024), see `specs/_architectures.toml`.
-    attention_flash_forward_efficiency: float
-    attention_flash_backward_efficiency: float
-    attention_efficient_forward_efficiency: float
-    attention_efficient_backward_efficiency: float
-    attention_cudnn_forward_efficiency: float
-    attention_cudnn_backward_efficiency: float
-    attention_flash3_forward_efficiency: float
-    attention_flash3_backward_efficiency: float
-    attention_flash1_forward_efficiency: float
-    attention_flash1_backward_efficiency: float
-    attention_triton_forward_efficiency: float
-    attention_triton_backward_efficiency: float
+    # that a fused attention kernel's main loop reaches, per backend and phase: the
+    # file's attention_<backend>_<phase>_efficiency constants, by backend (the
+    # kernels of `kernels.attention_backends`). Not fitted: taken from the kernels'
+    # papers (FlashAttention-2, Dao 2023; FlashAttention-3, Shah et al. 2024), see
+    # `specs/_architectures.toml`.
+    attention: Mapping[str, PhaseEfficiency]
     # Exponentials (and other special functions) an SM computes per clock: the
     # softmax's share of a fused attention kernel (CUDA guide's throughput table).
     special_function_ops_per_clock_per_sm: float
 
-    def attention_efficiency(self, backend: str, phase: str) -> float:
-        """The paper's fraction of peak of a fused attention `backend` ("flash",
-        "efficient", "cudnn", "flash3", "flash1", "triton") in `phase` ("forward",
-        "backward") at head size 128 and long sequences (0: none published)."""
-        return getattr(self, f"attention_{backend}_{phase}_efficiency")
+    @classmethod
+    def from_constants(cls, values: dict[str, float]) -> Efficiency:
+        """Build from a file's flat constants (`field_names`), all of them given."""
+        scalars = {k: v for k, v in values.items() if not ATTENTION_KEY.match(k)}
+        rates: dict[str, dict[str, float]] = {}
+        for key, value in values.items():
+            found = ATTENTION_KEY.match(key)
+            if found:
+                rates.setdefault(found["backend"], {})[found["phase"]] = value
+        attention = {name: PhaseEfficiency(**phases) for name, phases in rates.items()}
+        return cls(**scalars, attention=attention)
+
+    def constants(self) -> dict[str, float]:
+        """The flat constants a spec file's [efficiency] table names, in field order."""
+        out: dict[str, float] = {}
+        for f in dataclasses.fields(self):
+            if f.name != "attention":
+                out[f.name] = getattr(self, f.name)
+                continue
+            for backend, rates in self.attention.items():
+                for phase in PHASES:
+                    out[attention_key(backend, phase)] = rates.of(phase)
+        return out
 
     @classmethod
     def defaults(cls) -> Efficiency:
         """The [default] table of `specs/_architectures.toml`."""
-        return cls(**{k: float(v) for k, v in _architecture_defaults()["default"].items()})
+        return cls.from_constants(
+            {k: float(v) for k, v in _architecture_defaults()["default"].items()}
+        )
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
+        """The constants a spec file may set: the fields, and the attention
+        backends' per phase (those the [default] table gives)."""
+        return _constant_names()
+
+
+@functools.cache
+def _constant_names() -> tuple[str, ...]:
+    return tuple(Efficiency.defaults().constants())
 
 
 @dataclass(frozen=True)
@@ -266,6 +306,7 @@ class HardwareSpec:
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
+        out["efficiency"] = self.efficiency.constants()
         out["aliases"] = list(self.aliases)
         out["device_names"] = list(self.device_names)
         out["sources"] = list(self.sources)
@@ -332,6 +373,28 @@ def spec_from_dict(raw: dict, where: str = "spec", arch_defaults: dict | None = 
         raise DlperfError(f"{where}: expected a table of fields at the top level")
     if arch_defaults is None:
         arch_defaults = _architecture_defaults()
+    values = _scalar_fields(raw, where)
+    values["math"] = _math_units(raw.get("math"), where)
+    arch = values["architecture"].lower()
+    values["architecture"] = arch
+    family = arch_defaults.get(arch, {})
+    if arch not in arch_defaults and "efficiency" not in raw:
+        known = ", ".join(sorted(k for k in arch_defaults if k != "default"))
+        raise _bad(where, "architecture", f"{arch!r} is unknown; use one of {known}")
+    for key in ("tensor_alignment_bytes", "tensor_best_alignment_bytes"):
+        if key in family and key not in values:
+            values[key] = int(family[key])
+    values["efficiency"] = _efficiency(raw, where, arch_defaults.get("default", {}), family)
+    if raw.get("calibration") is not None:
+        values["calibration"] = calibration_from_dict(raw["calibration"], where)
+    values["path"] = where
+    spec = HardwareSpec(**values)
+    check_settings(spec, where)
+    return spec
+
+
+def _scalar_fields(raw: dict, where: str) -> dict:
+    """The required, optional and list fields of a spec document, checked."""
     values: dict = {}
     for key, kind in _REQUIRED.items():
         if key not in raw:
@@ -353,8 +416,11 @@ def spec_from_dict(raw: dict, where: str = "spec", arch_defaults: dict | None = 
         if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
             raise _bad(where, key, "must be a list of strings")
         values[key] = tuple(items)
+    return values
 
-    math_raw = raw.get("math")
+
+def _math_units(math_raw, where: str) -> dict[str, MathUnit]:
+    """The [math.<dtype>] tables."""
     if not isinstance(math_raw, dict) or not math_raw:
         raise _bad(where, "math", "must be a table with at least one dtype (e.g. [math.fp32])")
     units = {}
@@ -378,36 +444,25 @@ def spec_from_dict(raw: dict, where: str = "spec", arch_defaults: dict | None = 
             ),
             tensor_cores=tc,
         )
-    values["math"] = units
+    return units
 
-    arch = values["architecture"].lower()
-    values["architecture"] = arch
-    family = arch_defaults.get(arch, {})
-    if arch not in arch_defaults and "efficiency" not in raw:
-        known = ", ".join(sorted(k for k in arch_defaults if k != "default"))
-        raise _bad(where, "architecture", f"{arch!r} is unknown; use one of {known}")
-    base = dict(arch_defaults.get("default", {}))
-    base.update({k: v for k, v in family.items() if k in Efficiency.field_names()})
-    for key in ("tensor_alignment_bytes", "tensor_best_alignment_bytes"):
-        if key in family and key not in values:
-            values[key] = int(family[key])
+
+def _efficiency(raw: dict, where: str, default: dict, family: dict) -> Efficiency:
+    """The [default] constants, the family's over them, the file's [efficiency] over those."""
+    names = Efficiency.field_names()
+    base = dict(default)
+    base.update({k: v for k, v in family.items() if k in names})
     override = raw.get("efficiency", {})
     if not isinstance(override, dict):
         raise _bad(where, "efficiency", "must be a table")
     for key, value in override.items():
-        if key not in Efficiency.field_names():
+        if key not in names:
             raise _bad(where, f"efficiency.{key}", "is not a known constant")
         base[key] = value
     eff = {}
     for key, value in base.items():
         eff[key] = _number(where, f"efficiency.{key}", value, float, allow_zero=True)
-    values["efficiency"] = Efficiency(**eff)
-    if raw.get("calibration") is not None:
-        values["calibration"] = calibration_from_dict(raw["calibration"], where)
-    values["path"] = where
-    spec = HardwareSpec(**values)
-    check_settings(spec, where)
-    return spec
+    return Efficiency.from_constants(eff)
 
 
 CPU_POWER_LIMIT = "--power-limit applies to GPUs; the CPU's clock is what the probe measured"

@@ -39,21 +39,14 @@ from ..dtypes import bytes_per_element, runnable_dtype
 from ..errors import DlperfError
 from ..hardware.cpu import cpu_flash_useful_share
 from ..hardware.spec import parse_torch_version
+from .attention_backends import BY_NAME, FUSED, HALF, REGISTRY, sm_name
 
-# The kernels `choose_backend` names: SDPA's own, and two from outside PyTorch.
-BACKENDS = ("flash", "efficient", "cudnn", "math", "flash3", "flash1", "triton")
-# What the reports call each (the user may say flash2 for flash).
-KERNEL_NAMES = {
-    "flash": "FlashAttention-2",
-    "flash3": "FlashAttention-3",
-    "flash1": "FlashAttention-1 (flash-attn 1.x)",
-    "efficient": "memory-efficient (cutlass)",
-    "cudnn": "cuDNN fused attention",
-    "triton": "Triton flash kernel",
-    "math": "math (GEMMs and softmax)",
-}
-ALIASES = {"flash2": "flash"}
-_HALF = ("fp16", "bf16")
+# The run configuration's --attention choices and aliases come from the registry too.
+from .attention_backends import ALIASES, ATTENTION_CHOICES  # noqa: F401  # isort: skip
+
+# The kernels `choose_backend` names, and what the reports call each.
+BACKENDS = tuple(b.name for b in REGISTRY)
+KERNEL_NAMES = {b.name: b.kernel for b in REGISTRY}
 # Compute capability of a spec without one, by architecture family.
 _FAMILY_SM = {
     "maxwell": (5, 2),
@@ -65,16 +58,6 @@ _FAMILY_SM = {
     "hopper": (9, 0),
     "blackwell": (10, 0),
 }
-# The range of SM versions the CUDA kernels are built for (check_*_hardware_support).
-_FLASH_SM = ((8, 0), (12, 1))
-_EFFICIENT_SM = ((5, 0), (12, 1))
-_CUDNN_SM = ((8, 0), (12, 1))
-_TRITON_SM = ((8, 0), (12, 1))
-# flash-attn 1.x builds its kernels for Turing (sm75, fp16 only), Ampere and Hopper.
-_FLASH1_SM = ((7, 5), (9, 0))
-FLASH1_MAX_HEAD_DIM = 128
-FLASH_MAX_HEAD_DIM = 256
-TRITON_MAX_HEAD_DIM = 128  # flash_attn_triton's head sizes
 
 
 def compute_capability(spec) -> tuple[int, int]:
@@ -86,119 +69,6 @@ def compute_capability(spec) -> tuple[int, int]:
     return _FAMILY_SM.get(spec.architecture, (0, 0))
 
 
-def _sm(cc: tuple[int, int]) -> str:
-    return f"sm{cc[0]}{cc[1]}"
-
-
-def _in(cc, bounds) -> bool:
-    return bounds[0] <= cc <= bounds[1]
-
-
-def _flash_refusal(cc, s: AttentionShape) -> str:
-    """Why FlashAttention-2 cannot run the call on a device of capability `cc` ('' if it can)."""
-    if s.mask:
-        return "flash takes no attention mask and the model passes one"
-    if not (s.head_dim == s.value_dim and s.head_dim <= FLASH_MAX_HEAD_DIM):
-        return f"flash needs equal q, k, v head sizes <= {FLASH_MAX_HEAD_DIM}"
-    if not _in(cc, _FLASH_SM):
-        return f"flash needs an sm80+ GPU and this one is {_sm(cc)}"
-    # the consumer parts' smaller shared memory: no backward for these head sizes
-    consumer = _in(cc, ((8, 6), (8, 9))) or _in(cc, ((12, 0), (12, 1)))
-    big = 192 < s.head_dim <= 224 or (s.head_dim > 224 and s.dropout > 0)
-    if consumer and s.needs_grad and big:
-        return f"flash has no backward for head size {s.head_dim} on {_sm(cc)}"
-    if s.causal and s.q_len != s.kv_len:
-        return "flash takes is_causal only with equal query and key lengths"
-    if s.dtype not in _HALF:
-        return f"flash needs fp16/bf16 and the inputs are {s.dtype}"
-    return ""
-
-
-def _efficient_alignment(cc, dtype: str) -> int:
-    """Head sizes the cutlass kernels load in whole vectors of (minimum_gemm_alignment)."""
-    half = dtype in _HALF
-    tensor_cores = cc >= (8, 0) or (cc >= (7, 0) and half)
-    alignment = 4 if cc >= (8, 0) else 1
-    return max(alignment, 128 // (16 if half else 32)) if tensor_cores else alignment
-
-
-def _efficient_refusal(cc, s: AttentionShape) -> str:
-    if not _in(cc, _EFFICIENT_SM):
-        return f"memory-efficient attention needs an sm50+ GPU and this one is {_sm(cc)}"
-    align = _efficient_alignment(cc, s.dtype)
-    if s.head_dim % align or s.value_dim % align:
-        return f"memory-efficient attention needs head sizes that are multiples of {align}"
-    allowed = ("fp16", "bf16", "fp32") if cc >= (8, 0) else ("fp16", "fp32")
-    if s.dtype not in allowed:
-        return f"memory-efficient attention on {_sm(cc)} needs {'/'.join(allowed)}"
-    return ""
-
-
-def _cudnn_refusal(cc, s: AttentionShape) -> str:
-    if not _in(cc, _CUDNN_SM):
-        return f"cuDNN attention needs an sm80+ GPU and this one is {_sm(cc)}"
-    if s.dtype not in _HALF:
-        return f"cuDNN attention needs fp16/bf16 and the inputs are {s.dtype}"
-    limit = 256 if cc[0] in (9, 10) else 128
-    if max(s.head_dim, s.value_dim) > limit or s.head_dim % 8 or s.value_dim % 8:
-        return f"cuDNN attention needs head sizes that are multiples of 8, <= {limit}"
-    if s.dropout * 16 != int(s.dropout * 16):
-        return "cuDNN attention takes dropout in steps of 1/16"
-    return ""
-
-
-def _flash3_refusal(cc, s: AttentionShape) -> str:
-    if cc[0] != 9:
-        return f"FlashAttention-3 runs on Hopper (sm90) only and this GPU is {_sm(cc)}"
-    if s.dtype not in (*_HALF, "fp8"):
-        return f"FlashAttention-3 needs fp16/bf16/fp8 and the inputs are {s.dtype}"
-    if s.mask:
-        return "FlashAttention-3 takes no attention mask and the model passes one"
-    if max(s.head_dim, s.value_dim) > FLASH_MAX_HEAD_DIM or s.head_dim % 8:
-        return f"FlashAttention-3 needs head sizes that are multiples of 8, <= {FLASH_MAX_HEAD_DIM}"
-    return ""
-
-
-def _flash1_refusal(cc, s: AttentionShape) -> str:
-    if not _in(cc, _FLASH1_SM):
-        return f"FlashAttention-1 runs on sm75 to sm90 and this GPU is {_sm(cc)}"
-    if s.dtype not in _HALF or (s.dtype == "bf16" and cc < (8, 0)):
-        return f"FlashAttention-1 needs fp16 (or bf16 on sm80+) and the inputs are {s.dtype}"
-    if s.mask:
-        return "FlashAttention-1 takes no attention mask (a causal one only)"
-    if s.head_dim != s.value_dim or s.head_dim > FLASH1_MAX_HEAD_DIM or s.head_dim % 8:
-        return (
-            "FlashAttention-1 needs equal head sizes that are multiples of 8, "
-            f"<= {FLASH1_MAX_HEAD_DIM}"
-        )
-    if s.kv_heads != s.heads:
-        return "FlashAttention-1 has no grouped-query attention (as many k/v heads as q heads)"
-    backward = s.needs_grad or s.phase == "backward"
-    if backward and s.head_dim > 64 and cc not in ((8, 0), (9, 0)):
-        return f"FlashAttention-1's backward above head size 64 needs sm80 or sm90, not {_sm(cc)}"
-    return ""
-
-
-def _triton_refusal(cc, s: AttentionShape) -> str:
-    if not _in(cc, _TRITON_SM):
-        return f"the Triton flash kernel needs an sm80+ GPU and this one is {_sm(cc)}"
-    if s.dtype not in _HALF:
-        return f"the Triton flash kernel needs fp16/bf16 and the inputs are {s.dtype}"
-    if s.head_dim != s.value_dim or s.head_dim > TRITON_MAX_HEAD_DIM:
-        return f"the Triton flash kernel needs equal head sizes <= {TRITON_MAX_HEAD_DIM}"
-    if s.dropout > 0:
-        return "the Triton flash kernel takes no dropout"
-    return ""
-
-
-_GPU_RULES = {
-    "flash": _flash_refusal,
-    "efficient": _efficient_refusal,
-    "cudnn": _cudnn_refusal,
-    "flash3": _flash3_refusal,
-    "flash1": _flash1_refusal,
-    "triton": _triton_refusal,
-}
 _AUTO_ORDER = ("flash", "efficient")
 # cuDNN first on Hopper and Blackwell (its kernels use their asynchronous Tensor
 # Core instructions, as FlashAttention-3 does; PyTorch's flash kernel is FA2).
@@ -219,14 +89,6 @@ def cudnn_first(cc, version: tuple[int, ...]) -> bool:
     return cc[0] in (9, 10) and (version[:3] == (2, 5, 0) or version[:2] >= (2, 11))
 
 
-def _cpu_flash_refusal(s: AttentionShape) -> str:
-    if s.dropout > 0:
-        return "PyTorch's CPU flash kernel takes no dropout"
-    if s.head_dim != s.value_dim:
-        return "PyTorch's CPU flash kernel needs equal q, k, v head sizes"
-    return ""
-
-
 def choose_backend(spec, shape: AttentionShape, requested: str = "auto") -> tuple[str, str]:
     """(backend, why): the kernel PyTorch's SDPA runs `shape` with on `spec`.
 
@@ -235,18 +97,19 @@ def choose_backend(spec, shape: AttentionShape, requested: str = "auto") -> tupl
     aten op of a real run (`shape.named`) is priced as its own kernel where
     the device runs it."""
     requested = ALIASES.get(requested, requested)
-    if requested != "auto" and requested not in _GPU_RULES:
-        choices = ", ".join(("auto", *_GPU_RULES))
+    if requested != "auto" and requested not in FUSED:
+        choices = ", ".join(("auto", *FUSED))
         raise DlperfError(f"unknown attention backend {requested!r}; choose from: {choices}")
     if spec.kind == "cpu":
         return _choose_on_cpu(shape, requested)
     cc = compute_capability(spec)
-    if shape.named and not _GPU_RULES[shape.named](cc, shape):
+    if shape.named and not BY_NAME[shape.named].why_not(cc, shape):
         return shape.named, "the kernel the trace ran"
     if requested == "auto":
         return _dispatch(cc, shape, torch_version(spec))
-    refusal = _GPU_RULES[requested](cc, shape)
-    if not refusal and spec.efficiency.attention_efficiency(requested, shape.phase) <= 0:
+    kernel = BY_NAME[requested]
+    refusal = kernel.why_not(cc, shape)
+    if not refusal and kernel.anchor(spec.efficiency, shape.phase) <= 0:
         refusal = f"its spec gives {requested} no efficiency (attention_{requested}_* is 0)"
     if refusal:
         instead = _dispatch(cc, shape, torch_version(spec))[0]
@@ -262,19 +125,19 @@ def _dispatch(cc, s: AttentionShape, version: tuple[int, ...]) -> tuple[str, str
     refusals = []
     first = cudnn_first(cc, version)
     for backend in _AUTO_ORDER_CUDNN_FIRST if first else _AUTO_ORDER:
-        refusal = _GPU_RULES[backend](cc, s)
+        refusal = BY_NAME[backend].why_not(cc, s)
         if not refusal:
             mask = f"{s.mask} mask" if s.mask else "no mask"
             torch_text = "torch " + ".".join(map(str, version[:2]))
-            fits = f"{_sm(cc)}, {torch_text}, {s.dtype}, head size {s.head_dim}, {mask}"
+            fits = f"{sm_name(cc)}, {torch_text}, {s.dtype}, head size {s.head_dim}, {mask}"
             return backend, "; ".join(refusals) or fits
         refusals.append(refusal)
     return "math", "; ".join(refusals)
 
 
 def _choose_on_cpu(shape: AttentionShape, requested: str) -> tuple[str, str]:
-    refusal = _cpu_flash_refusal(shape)
-    if requested in ("efficient", "cudnn", "flash3", "flash1", "triton"):
+    refusal = BY_NAME["flash"].cpu_refusal(shape)
+    if requested != "auto" and BY_NAME[requested].cpu_refusal is None:
         raise DlperfError(
             f"--attention {requested} is a CUDA kernel; the CPU runs flash or math: use auto"
         )
@@ -304,18 +167,8 @@ class FusedTerms(NamedTuple):
     wave_efficiency: float
 
 
-# Kernels that overlap the exponentials with their GEMMs (warp-specialized
-# ping-pong on Hopper's asynchronous Tensor Cores); the others run them in turn.
-_OVERLAPPED = ("flash3",)
-_OVERLAPPED_ON_SM90 = ("cudnn",)
 # The papers' figures, which anchor each kernel's main loop, are at this head size.
 ANCHOR_HEAD_DIM = 128
-
-
-def _overlaps_softmax(spec, backend: str) -> bool:
-    return backend in _OVERLAPPED or (
-        backend in _OVERLAPPED_ON_SM90 and compute_capability(spec)[0] >= 9
-    )
 
 
 def _exp_share(spec, shape: AttentionShape, head_dim: int, peak: float) -> float:
@@ -331,7 +184,8 @@ def attention_efficiency(spec, shape: AttentionShape, backend: str, peak: float)
     """Fraction of `peak` a fused kernel reaches on `shape`: its main loop (anchored
     on the paper's figure at head size 128 and long sequences), its exponentials
     (serial or overlapped), and its per-block prologue and causal diagonal."""
-    anchor = spec.efficiency.attention_efficiency(backend, shape.phase)
+    kernel = BY_NAME[backend]
+    anchor = kernel.anchor(spec.efficiency, shape.phase)
     if anchor <= 0:
         return 0.0
     if spec.kind == "cpu":  # the probe's measured rate, in the CPU kernel's own blocks
@@ -339,7 +193,7 @@ def attention_efficiency(spec, shape: AttentionShape, backend: str, peak: float)
     head_dim = (shape.head_dim + shape.value_dim) // 2
     at_anchor = _exp_share(spec, shape, ANCHOR_HEAD_DIM, peak)
     here = _exp_share(spec, shape, head_dim, peak)
-    if _overlaps_softmax(spec, backend):
+    if kernel.overlaps_softmax(compute_capability(spec)):
         main_loop = anchor
         loop = 1.0 / max(1.0 / main_loop, here)
     else:
@@ -386,7 +240,7 @@ def math_cost(spec, shape: AttentionShape) -> Cost:
     """The math decomposition as GEMMs plus the L x S traffic around them
     (the CPU kernel upcasts half precision to fp32; CUDA's runs in the dtype)."""
     dtype, storage = shape.math_dtype, shape.dtype
-    if spec.kind == "cpu" and storage in _HALF:
+    if spec.kind == "cpu" and storage in HALF:
         dtype = storage = "fp32"
     b, lq, lk = shape.batch * shape.heads, shape.q_len, shape.kv_len
     d, dv = shape.head_dim, shape.value_dim

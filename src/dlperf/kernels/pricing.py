@@ -350,6 +350,34 @@ def random_s(elements: float, spec: HardwareSpec) -> float:
     return elements / rate if spec.kind == "cpu" and rate > 0 and elements else 0.0
 
 
+def _kernel_kind(cost: Cost, spec: HardwareSpec) -> str:
+    """Which kernel family prices `cost` on `spec` (a key of `_PRICERS`)."""
+    if cost.attention:
+        return "attention"
+    if not cost.gemms:
+        return "memory-bound"
+    if cost.gemms[0].role == GEMV_ROLE and spec.kind != "cpu":
+        return "gemv"
+    return "gemm"
+
+
+def _applying_hints(cost: Cost, spec: HardwareSpec) -> tuple[Loss, ...]:
+    return _hints(cost, spec) if cost.layout_transpose_bytes or cost.reread_bytes else ()
+
+
+# Each kernel family's price of a cost: (cost, spec, dtype, timer, eager) -> Timing.
+_PRICERS = {
+    "attention": lambda cost, spec, dtype, timer, eager: _attention(cost, spec, timer, eager),
+    "gemv": lambda cost, spec, dtype, timer, eager: _weight_only_gemv(cost, spec),
+    "gemm": lambda cost, spec, dtype, timer, eager: _gemms(
+        cost, spec, timer, eager, _applying_hints(cost, spec)
+    ),
+    "memory-bound": lambda cost, spec, dtype, timer, eager: _streaming(
+        cost, spec, runnable_dtype(dtype, spec), timer, eager, _applying_hints(cost, spec)
+    ),
+}
+
+
 def time(
     cost: Cost,
     spec: HardwareSpec,
@@ -374,17 +402,10 @@ def time(
     and its random numbers (`random_s`).
     """
     timer = timer or GemmTimer(spec)
-    if cost.attention:
-        found, kind = _attention(cost, spec, timer, eager), "attention"
-    else:
-        hints = _hints(cost, spec) if cost.layout_transpose_bytes or cost.reread_bytes else ()
-        kind = "gemm" if cost.gemms else "memory-bound"
-        if cost.gemms and cost.gemms[0].role == GEMV_ROLE and spec.kind != "cpu":
-            found = _weight_only_gemv(cost, spec)
-        elif cost.gemms:
-            found = _gemms(cost, spec, timer, eager, hints)
-        else:
-            found = _streaming(cost, spec, runnable_dtype(dtype, spec), timer, eager, hints)
+    kernel = _kernel_kind(cost, spec)
+    found = _PRICERS[kernel](cost, spec, dtype, timer, eager)
+    # a calibration's classes: a weight-only GEMV is a GEMM there
+    kind = "gemm" if kernel == "gemv" else kernel
     if cpu_extra_s:
         found = found._replace(seconds=found.seconds + cpu_extra_s)
     if spec.calibration is None or not found.seconds:

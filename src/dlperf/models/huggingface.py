@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ..errors import DlperfError
+from ..kernels.attention_backends import REGISTRY
 from .building import build_without_weights, near
 from .hf_config import HF_PRESETS, SIZE_KEYS, configure, parse_options
 from .hub import config_fields
@@ -117,7 +118,7 @@ def _finish(config, model_type, task, options_text: str, transformers, from_file
 
 
 # The --attention choices that run through torch's SDPA (its backends).
-SDPA_BACKENDS = ("flash", "flash3", "flash1", "efficient", "cudnn", "triton", "math")
+SDPA_BACKENDS = tuple(b.name for b in REGISTRY)
 
 
 def _attn_implementation(auto, config, spec: str, attention: str) -> dict:

@@ -24,6 +24,7 @@ import dataclasses
 import torch
 
 from ..dtypes import name_of
+from ..kernels.attention_backends import REGISTRY
 from ..kinds import Category
 from ..tracing import OpEvent, TensorMeta
 from ..tracing import attention as _traced  # registers the dlperf:: ops  # noqa: F401
@@ -33,7 +34,7 @@ from .registry import aten_ops, register
 
 _ATTENTION = {"category": Category.CONTRACTION, "family": "attention"}
 # The backends whose kernels the aten ops name (the CPU kernel is a flash kernel too).
-_NAMED = ("flash", "efficient", "cudnn")
+_NAMED = tuple(b.name for b in REGISTRY if b.aten)
 _OWN = ("dlperf.attention.default", "dlperf.attention_backward.default")
 
 

@@ -25,32 +25,32 @@ def _product(ctx: CostContext, e: OpEvent, a: TensorMeta, m, n, k, batch, read) 
     return contraction([make_gemm(ctx, a.dtype, m, n, k, batch)], read, out_bytes(e))
 
 
+def _linear_gemm(
+    e: OpEvent, ctx: CostContext, a: TensorMeta, b: TensorMeta, bias_bytes: int = 0
+) -> Cost | Costed:
+    """A linear layer's GEMM, Y = X W^T (+ bias), as the run's policy has it
+    run: 2:4 sparse, fp8 with its casts, quantized, else dense."""
+    if sparse.runs_sparse(e, ctx):
+        return sparse.linear_gemm(e, ctx, bias_bytes=bias_bytes)
+    if float8.runs_fp8(e, ctx):
+        return float8.linear_gemm(e, bias_bytes=bias_bytes)
+    if dtype := quantized.linear_dtype(e, ctx):
+        return quantized.linear_gemm(e, dtype, bias_bytes=bias_bytes)
+    (m, k), n = a.shape, b.shape[1]
+    return _product(ctx, e, a, m, n, k, 1, a.nbytes + b.nbytes + bias_bytes)
+
+
 @register(aten.mm, **_MATMUL)
 def mm(e: OpEvent, ctx: CostContext) -> Cost | Costed:
-    if sparse.runs_sparse(e, ctx):
-        return sparse.linear_gemm(e, ctx)
-    if float8.runs_fp8(e, ctx):
-        return float8.linear_gemm(e)
-    if dtype := quantized.linear_dtype(e, ctx):
-        return quantized.linear_gemm(e, dtype)
-    a, b = e.args[0], e.args[1]
-    (m, k), n = a.shape, b.shape[1]
-    return _product(ctx, e, a, m, n, k, 1, a.nbytes + b.nbytes)
+    return _linear_gemm(e, ctx, e.args[0], e.args[1])
 
 
 @register(aten.addmm, aten.addmm_, **_MATMUL)
 def addmm(e: OpEvent, ctx: CostContext) -> Cost | Costed:
-    bias, a, b = e.args[0], e.args[1], e.args[2]
     # The bias is added in the GEMM's epilogue: read once, no extra pass (in
     # place, addmm_, it is the accumulator: read and written over).
-    if sparse.runs_sparse(e, ctx):
-        return sparse.linear_gemm(e, ctx, bias_bytes=bias.nbytes)
-    if float8.runs_fp8(e, ctx):
-        return float8.linear_gemm(e, bias_bytes=bias.nbytes)
-    if dtype := quantized.linear_dtype(e, ctx):
-        return quantized.linear_gemm(e, dtype, bias_bytes=bias.nbytes)
-    (m, k), n = a.shape, b.shape[1]
-    return _product(ctx, e, a, m, n, k, 1, a.nbytes + b.nbytes + bias.nbytes)
+    bias, a, b = e.args[0], e.args[1], e.args[2]
+    return _linear_gemm(e, ctx, a, b, bias_bytes=bias.nbytes)
 
 
 @register(aten.bmm, **_MATMUL)

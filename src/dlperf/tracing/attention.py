@@ -27,8 +27,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
+from ..kernels.attention_backends import FUSED
+
 # The backends a user may ask for that run through the fused op.
-FUSED_REQUESTS = ("auto", "flash", "efficient", "cudnn", "flash3", "flash1", "triton")
+FUSED_REQUESTS = ("auto", *FUSED)
 _SDPA = F.scaled_dot_product_attention
 
 
