@@ -81,6 +81,37 @@ def test_decodes_and_a_new_prompt_share_a_step():
     assert t.finish_s[0] == 4.0  # tokens at 1, 3 and 4 s
 
 
+def test_a_scheduler_policy_is_one_registered_function():
+    """The extension point: a policy that admits the shortest waiting prompt
+    first, registered by name and chosen in the engine's limits."""
+    from dlperf.serving.scheduler import POLICIES, policy
+
+    @policy("test-shortest-first")
+    def shortest_first(engine):
+        engine.waiting = type(engine.waiting)(
+            sorted(engine.waiting, key=lambda r: int(engine.prompt[r]))
+        )
+        scheduled, budget = engine.continue_running(engine.limits.max_num_batched_tokens)
+        return scheduled + engine.admit(budget, whole=False)
+
+    try:
+        # a 12-token prompt and a 2-token one arrive together, 4 tokens a step: first come
+        # first served chunks the long one over steps 1-3 (4 + 4 + 4, its token at 3 s) and
+        # the short one runs in step 4 (4 s); shortest first runs the short prompt and 2 of
+        # the long one's in step 1 (the short one's token at 1 s), and the long one ends in
+        # step 4: 2 + 4 + 4 + 2 = 12 (4 s)
+        work = requests([0, 0], [12, 2], [1, 1])
+        fcfs = run_engine(work, limits(max_num_batched_tokens=4), SecondPerStep())
+        assert fcfs.first_token_s.tolist() == [3.0, 4.0]
+        short = limits(max_num_batched_tokens=4, policy="test-shortest-first")
+        mine = run_engine(work, short, SecondPerStep())
+        assert mine.first_token_s.tolist() == [4.0, 1.0]
+        with pytest.raises(DlperfError, match="unknown scheduler policy 'nope'"):
+            run_engine(work, limits(policy="nope"), SecondPerStep())
+    finally:
+        POLICIES.pop("test-shortest-first")
+
+
 def test_the_sequence_limit_makes_later_requests_wait():
     # 3 requests at once, 2 sequences at most: the third starts when the first two finish
     # (each 2 output tokens: at 1 s and 2 s), so its first token comes at 3 s

@@ -122,6 +122,7 @@ class ServingConfig:
     speculative: object = field(default=None, hash=False)
     max_num_seqs: int | None = None
     chunked_prefill: bool = True
+    scheduler: str | None = None  # a registered policy (serving.scheduler); None: chunked_prefill
     prefix_cache_hit_rate: float = 0.0
     dataset: str | None = None
     num_prompts: int | None = None

@@ -15,6 +15,14 @@ and `max_num_seqs` sequences:
    the latest admitted running request (its blocks freed, its tokens
    recomputed later: preemption by recompute), or waits itself.
 
+Which requests run a step is a policy (`POLICIES`, one function each,
+registered with `@policy`): vLLM V1's chunked prefill (steps 1-2 above) and
+V0's prefill-first scheduler without chunking. A new policy is one function
+of the engine's state (`EngineState`: its `running` and `waiting` requests,
+`continue_running(budget)`, `admit(budget, whole)`) returning the step's
+(request, new tokens), chosen by its name (`EngineLimits.policy`,
+`RunConfig.serving.scheduler`).
+
 A request holds ceil(tokens in cache / block_size) blocks. With prefix
 caching, a share of each prompt (whole blocks) is found in the cache at
 admission and not computed again. A step ends `StepCosts.step_s` later;
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,6 +53,12 @@ class EngineLimits:
     block_size: int = 16
     chunked_prefill: bool = True
     prefix_cache_hit_rate: float = 0.0
+    policy: str | None = None  # a name in POLICIES; None: as chunked_prefill says
+
+    @property
+    def scheduling(self) -> Policy:
+        """The policy that picks each step's requests."""
+        return scheduling_policy(self.policy, self.chunked_prefill)
 
 
 @dataclass
@@ -60,13 +75,65 @@ class Timings:
     batch_sizes: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Policy:
+    """A scheduler policy: the next step's (request, new tokens) from the
+    engine's state; `whole_prompts` when a prompt must run in one step."""
+
+    name: str
+    schedule: Callable[[EngineState], list[tuple[int, int]]]
+    whole_prompts: bool = False
+
+
+POLICIES: dict[str, Policy] = {}
+
+
+def scheduling_policy(name: str | None, chunked_prefill: bool = True) -> Policy:
+    """The policy `name` (None: vLLM's, with or without chunked prefill),
+    refused in one line when no policy has that name."""
+    if name is None:
+        return POLICIES["chunked-prefill" if chunked_prefill else "prefill-first"]
+    if name not in POLICIES:
+        raise DlperfError(f"unknown scheduler policy {name!r}; choose from: {', '.join(POLICIES)}")
+    return POLICIES[name]
+
+
+def policy(name: str, whole_prompts: bool = False):
+    """Register a scheduler policy under `name` (module docstring)."""
+
+    def register(schedule):
+        if name in POLICIES:
+            raise ValueError(f"scheduler policy {name!r} is registered twice")
+        POLICIES[name] = Policy(name, schedule, whole_prompts)
+        return schedule
+
+    return register
+
+
+@policy("chunked-prefill")
+def chunked_prefill(engine: EngineState) -> list[tuple[int, int]]:
+    """vLLM V1: the running requests first (a decode token, or as much of the
+    prompt as the budget holds), then waiting ones in what the budget leaves."""
+    scheduled, budget = engine.continue_running(engine.limits.max_num_batched_tokens)
+    return scheduled + engine.admit(budget, whole=False)
+
+
+@policy("prefill-first", whole_prompts=True)
+def prefill_first(engine: EngineState) -> list[tuple[int, int]]:
+    """vLLM V0 without chunking: waiting prompts run whole, in steps of their
+    own; the running requests decode when no prompt is admitted."""
+    budget = engine.limits.max_num_batched_tokens
+    admitted = engine.admit(budget, whole=True) if engine.waiting else []
+    return admitted or engine.continue_running(budget)[0]
+
+
 def run_engine(work: Workload, limits: EngineLimits, costs: StepCosts) -> Timings:
     """Serve `work` to the end on the engine (module docstring)."""
     _check_fits(work.input_len + work.output_len, limits)
-    return _Engine(work, limits, costs).run()
+    return EngineState(work, limits, costs).run()
 
 
-class _Engine:
+class EngineState:
     """The scheduler's state: per request its tokens in the cache, its output
     tokens so far and its KV blocks; the waiting queue and the running list."""
 
@@ -102,7 +169,7 @@ class _Engine:
             following = float(work.arrival_s[arrived]) if arrived < n else math.inf
             if not self.waiting and self._decoding_only() and self._fast_forward(following):
                 continue
-            scheduled = self._schedule()
+            scheduled = self.limits.scheduling.schedule(self)
             if not scheduled:
                 raise DlperfError("dlperf's simulated engine stalled: nothing could be scheduled")
             self._step(scheduled)
@@ -111,13 +178,9 @@ class _Engine:
 
     # -- scheduling -------------------------------------------------------------
 
-    def _schedule(self) -> list[tuple[int, int]]:
-        """(request, new tokens) of the next step."""
-        if not self.limits.chunked_prefill and self.waiting:
-            admitted = self._admit(self.limits.max_num_batched_tokens, whole=True)
-            if admitted:  # without chunking a step of prompts runs only prompts
-                return admitted
-        budget = self.limits.max_num_batched_tokens
+    def continue_running(self, budget: int) -> tuple[list[tuple[int, int]], int]:
+        """The running requests' next tokens within `budget`, in admission order
+        (preempting the latest admitted where KV blocks run out), and the budget left."""
         scheduled = []
         i = 0
         while i < len(self.running) and budget > 0:
@@ -133,9 +196,7 @@ class _Engine:
             scheduled.append((r, new))
             budget -= new
             i += 1
-        if self.limits.chunked_prefill:
-            scheduled += self._admit(budget, whole=False)
-        return scheduled
+        return scheduled, budget
 
     def _allocate(self, r: int, blocks: int) -> None:
         self.free -= blocks
@@ -148,7 +209,7 @@ class _Engine:
         self.waiting.appendleft(r)
         self.timings.preemptions += 1
 
-    def _admit(self, budget: int, whole: bool) -> list[tuple[int, int]]:
+    def admit(self, budget: int, whole: bool) -> list[tuple[int, int]]:
         """Waiting requests admitted, first come first served, while the budget,
         the sequence limit and the free blocks allow; with `whole` a prompt
         runs whole or waits."""
@@ -272,7 +333,7 @@ def _check_fits(tokens: np.ndarray, limits: EngineLimits) -> None:
             f"{limits.kv_blocks} the GPUs hold; shorten the dataset's lengths, add --tp or "
             "give a larger --gpu-memory-utilization"
         )
-    if not limits.chunked_prefill and longest > limits.max_num_batched_tokens:
+    if limits.scheduling.whole_prompts and longest > limits.max_num_batched_tokens:
         # a prompt runs whole, and after a preemption its output is recomputed with it
         raise DlperfError(
             f"without chunked prefill a request of {longest} tokens must fit one step: give "

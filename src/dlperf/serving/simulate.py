@@ -23,7 +23,7 @@ from ..run_config import RunConfig
 from .cache import context_window
 from .deployment import deploy
 from .memory import default_max_num_seqs
-from .scheduler import EngineLimits, Timings, run_engine
+from .scheduler import EngineLimits, Timings, run_engine, scheduling_policy
 from .step_costs import StepCosts
 from .workload import Workload, requests
 
@@ -155,6 +155,7 @@ class Simulator:
                  session: Session | None = None, **options):  # fmt: skip
         config = run_config(None, config, **options).check("serve")
         serving = config.serving
+        scheduling_policy(serving.scheduler)  # an unknown policy is refused before tracing
         self.dataset = serving.dataset or DEFAULT_DATASET
         self.num_prompts = serving.num_prompts or DEFAULT_PROMPTS
         # a bad dataset fails before tracing
@@ -179,7 +180,7 @@ class Simulator:
         self.memory["kv_cache_bytes"] = blocks * per_token * self.d.block_size
         self.limits = EngineLimits(
             self.max_num_seqs, self.d.max_num_batched_tokens, blocks, self.d.block_size,
-            chunked_prefill, prefix_cache_hit_rate,
+            chunked_prefill, prefix_cache_hit_rate, serving.scheduler,
         )  # fmt: skip
         # the last decode step reads prompt + output - 2 cached tokens
         self.costs = StepCosts(timeline, self.max_num_seqs, traced, longest - 2)
@@ -200,6 +201,7 @@ class Simulator:
             "block_size": d.block_size,
             "kv_cache_blocks": self.limits.kv_blocks,
             "chunked_prefill": self.limits.chunked_prefill,
+            "scheduler": self.limits.scheduling.name,
             "prefix_cache_hit_rate": self.limits.prefix_cache_hit_rate,
             "memory": self.memory,
         }
