@@ -187,3 +187,18 @@ def test_power_limit_slows_low_tdp_cards_only():
     # The 70 W T4 cannot hold its boost clock on CUDA cores; a 300 W V100 can.
     assert dlperf.gpu("t4").sustained_clock_fraction() < 1.0
     assert dlperf.gpu("v100").sustained_clock_fraction() == 1.0
+
+
+def test_a_gpu_generation_is_one_architecture_table():
+    """Adding a generation is one table of `_architectures.toml`: every table
+    sets only constants the [default] table names (the rest default) and the
+    family's Tensor Core alignments, and every catalogue card's family has its
+    table."""
+    from dlperf.hardware.spec import _architecture_defaults
+
+    tables = _architecture_defaults()
+    known = {*tables["default"], "tensor_alignment_bytes", "tensor_best_alignment_bytes"}
+    for family, table in tables.items():
+        assert set(table) <= known, (family, sorted(set(table) - known))
+    for spec in dlperf.gpus():
+        assert spec.architecture in tables, spec.id
