@@ -21,19 +21,17 @@ import tempfile
 from dataclasses import dataclass
 
 from ..errors import DlperfError
+from ..jsonable import Jsonable
 
 DEFAULT_SIZES = (2**12, 2**16, 2**20, 2**22)
 
 
 @dataclass
-class CollectiveResult:
+class CollectiveResult(Jsonable):
     op: str
     bytes: int
     time_s: float
     bus_bandwidth_bytes_per_s: float
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 def bus_factor(op: str, world: int) -> float:

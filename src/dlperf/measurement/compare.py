@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..errors import DlperfError
 from ..hardware.calibration import layer_keys
+from ..jsonable import fields_dict, jsonable
 from ..kernels.roofline import roofline_time_s
 from ..kinds import module_at_depth
 from ..optimizer import step_style
@@ -130,10 +131,10 @@ class CompareRow:
         return self.roofline_s / self.measured_s if self.measured_s else 0.0
 
     def to_dict(self) -> dict:
-        out = dict(self.__dict__)
-        out["ratio"] = self.ratio if self.predicted_s else None
-        out["fraction_of_roofline"] = self.fraction_of_roofline
-        return out
+        # no prediction: a null ratio rather than JSON's missing infinity
+        ratio = self.ratio if self.predicted_s else None
+        roofline = self.fraction_of_roofline
+        return fields_dict(self) | {"ratio": ratio, "fraction_of_roofline": roofline}
 
 
 @dataclass
@@ -164,11 +165,9 @@ class Comparison:
         return sorted(self.rows, key=lambda r: abs(r.measured_s - r.predicted_s), reverse=True)
 
     def to_dict(self, misses: int = 10) -> dict:
-        skip = ("rows",)
-        out = {k: v for k, v in self.__dict__.items() if k not in skip}
-        out["rows"] = [r.to_dict() for r in self.rows]
-        out["misses"] = [r.to_dict() for r in self.misses[:misses]]
-        return out
+        """The fields with the rows last, then the `misses` largest misses."""
+        out = fields_dict(self, last=("rows",))
+        return out | {"misses": jsonable(self.misses[:misses])}
 
 
 def row_layer_keys(analysis) -> list[str]:

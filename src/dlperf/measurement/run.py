@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ..errors import DlperfError
+from ..jsonable import fields_dict
 from .timing import time_callable
 
 
@@ -45,9 +46,7 @@ class MeasureReport:
         return (self.predicted_time_s - self.measured_time_s) / self.measured_time_s
 
     def to_dict(self) -> dict:
-        out = dict(self.__dict__)
-        out["error"] = self.error
-        return out
+        return fields_dict(self) | {"error": self.error}
 
 
 def materialize(model: nn.Module, device: str) -> nn.Module:
