@@ -22,7 +22,7 @@ PACKAGE = SRC / "dlperf"
 
 # The first name under dlperf (a subpackage or a root module) -> its layer.
 LAYERS = {
-    "errors": 0, "kinds": 0, "dtypes": 0, "costs": 0,
+    "errors": 0, "kinds": 0, "dtypes": 0, "costs": 0, "jsonable": 0,
     "precision": 1, "hardware": 1,
     "kernels": 2,
     "tracing": 3, "models": 3,

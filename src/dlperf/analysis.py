@@ -20,6 +20,7 @@ from .compiling import FusionSummary, fuse
 from .dtypes import name_of
 from .hardware import HardwareSpec
 from .hardware.calibration import layer_keys
+from .jsonable import fields_dict, jsonable
 from .kernels.energy import step_energy
 from .kernels.host import HostTimeline, issue_timeline
 from .kernels.losses import Loss
@@ -51,8 +52,8 @@ __all__ = ["Analysis", "GemmRow", "OpRow", "Tally", "analyze_trace", "price_cost
 price_cost = time
 
 
-# OpRow fields the JSON leaves out or writes its own way.
-_NOT_IN_JSON = ("gemms", "losses", "host_ops", "host_sync")
+# How the host issues an op: the host model's input, not a figure of the report.
+_HOST_ONLY = {"json": False}
 
 
 @dataclass
@@ -77,8 +78,8 @@ class OpRow:
     losses: tuple[Loss, ...] = ()
     # Framework calls the host makes for the op (a per-parameter optimizer loop: many),
     # and whether the host then waits for the GPU (reads a value back).
-    host_ops: int = 1
-    host_sync: bool = False
+    host_ops: int = field(default=1, metadata=_HOST_ONLY)
+    host_sync: bool = field(default=False, metadata=_HOST_ONLY)
 
     @property
     def gemm_flops(self) -> float:
@@ -86,10 +87,8 @@ class OpRow:
         return sum(2.0 * g.m * g.n * g.k * g.batch * g.count for g in self.gemms)
 
     def to_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k not in _NOT_IN_JSON}
-        out["gemms"] = [g.to_dict() for g in self.gemms]
-        out["losses"] = [loss.to_dict() for loss in self.losses]
-        return out
+        """The fields, with the GEMMs and losses last: the order the JSON has always had."""
+        return fields_dict(self, last=("gemms", "losses"))
 
 
 @dataclass
@@ -255,8 +254,9 @@ class Analysis:
         return sorted(self.rows, key=lambda r: r.time_s, reverse=True)[:n]
 
     def to_dict(self) -> dict:
+        """The run, then the aggregates and the step, then every op: mostly figures
+        computed from the rows, so the keys are named here."""
         run = ("model", "gpu", "precision", "training", "params", "batch")
-        energy = self.energy
         return {
             **{name: getattr(self, name) for name in run},
             "optimizer": self.optimizer if self.training else None,
@@ -264,16 +264,16 @@ class Analysis:
             "step_time_s": self.step_time_s,
             "checkpoint": self.checkpoint,
             "memory": self.memory,
-            "compile": self.fusion.to_dict() if self.fusion else None,
-            "host": self.host.to_dict() if self.host else None,
+            "compile": jsonable(self.fusion),
+            "host": jsonable(self.host),
             "throughput": self.throughput,
             "mfu": self.mfu,
-            "energy": energy.to_dict() if energy else None,
+            "energy": jsonable(self.energy),
             "phases": self.phases,
             "categories": self.categories,
             "modules": self.modules(depth=2),
-            "ops": [r.to_dict() for r in self.rows],
-            "unsupported_ops": dict(self.unsupported_ops),
+            "ops": jsonable(self.rows),
+            "unsupported_ops": jsonable(self.unsupported_ops),
         }
 
 

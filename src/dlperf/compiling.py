@@ -41,6 +41,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+from .jsonable import fields_dict
 from .kinds import Category
 from .ops.cost import Cost, Costed
 from .ops.quantized import fold_quantize
@@ -101,16 +102,8 @@ class FusionSummary:
     eager_step_s: float = 0.0  # the same step run eagerly (set by the analysis)
 
     def to_dict(self) -> dict:
-        return {
-            "kernels_before": self.kernels_before,
-            "kernels_after": self.kernels_after,
-            "ops_fused": self.ops_fused,
-            "eager_step_s": self.eager_step_s,
-            "groups": [
-                {"ops": list(g.ops), "count": g.count, "kernels": g.kernels} for g in self.groups
-            ],
-            "folded": [{"conv": f.conv, "dropped": list(f.dropped)} for f in self.folded],
-        }
+        """The counts first, then the groups and folds: the order the JSON has always had."""
+        return fields_dict(self, last=("groups", "folded"))
 
 
 def fuse(priced: Priced, trace: Trace) -> tuple[Priced, FusionSummary]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from ..errors import DlperfError
+from ..jsonable import Jsonable
 from ..precision import precision as get_precision
 from ..run import Session, resolve
 from . import Advice, Finding, fixes, load_rules, mechanical_rules
@@ -98,7 +99,7 @@ def advise(model, inputs=None, config=None, *, rules=None, session: Session | No
 
 
 @dataclass
-class Applied:
+class Applied(Jsonable):
     """The automatic fixes applied to a step, and the step predicted before and after."""
 
     applied: list[str]  # rule ids
@@ -109,13 +110,6 @@ class Applied:
     def speedup(self) -> float:
         after = self.predicted_time_after_s
         return self.predicted_time_s / after if after else 1.0
-
-    def to_dict(self) -> dict:
-        return {
-            "applied": self.applied,
-            "predicted_time_s": self.predicted_time_s,
-            "predicted_time_after_s": self.predicted_time_after_s,
-        }
 
 
 def apply(model, rules=None, inputs=None, config=None, *, session: Session | None = None,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..jsonable import Jsonable, fields_dict
+
 RULES: dict[str, Rule] = {}
 
 # The documents behind the rules, named as a user can look them up: NVIDIA's
@@ -34,7 +36,7 @@ class Rule:
 
 
 @dataclass
-class Finding:
+class Finding(Jsonable):
     rule: str
     severity: str  # "high", "medium", "low"
     modules: list[str]
@@ -44,9 +46,6 @@ class Finding:
     gain_fraction: float = 0.0
     gain_memory_bytes: float = 0.0
     how: str = "re-analysed with the fix applied"
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 def rule(
@@ -80,15 +79,8 @@ class Advice:
     findings: list[Finding] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {
-            "model": self.model,
-            "gpu": self.gpu,
-            "precision": self.precision,
-            "training": self.training,
-            "findings": [f.to_dict() for f in self.findings],
-            "predicted_time_s": self.predicted_time_s,
-            "predicted_time_after_s": self.predicted_time_after_s,
-            "predicted_speedup": self.predicted_time_s / self.predicted_time_after_s
-            if self.predicted_time_after_s
-            else 1.0,
-        }
+        """The run, the findings, then the step before and after with the speedup."""
+        after = self.predicted_time_after_s
+        speedup = self.predicted_time_s / after if after else 1.0
+        out = fields_dict(self, last=("predicted_time_s", "predicted_time_after_s"))
+        return out | {"predicted_speedup": speedup}

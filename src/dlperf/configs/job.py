@@ -12,20 +12,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import DlperfError
+from ..jsonable import fields_dict
 
 
 @dataclass(frozen=True)
 class Field:
     """One field of the file: its dotted name, value, and what it became."""
 
-    name: str
+    name: str = field(metadata={"json": "field"})
     value: object
     became: str = ""  # e.g. "--precision amp-bf16"; empty when ignored
     ignored: str = ""  # why it changes nothing dlperf prices, or "unknown field"
 
     def to_dict(self) -> dict:
-        out = {"field": self.name, "value": self.value}
-        return out | ({"became": self.became} if self.became else {"ignored": self.ignored})
+        """The field with what it became, or why it was ignored: never both."""
+        return fields_dict(self, skip=("ignored",) if self.became else ("became",))
 
 
 @dataclass
@@ -112,19 +113,7 @@ class Job:
         return values
 
     def to_dict(self) -> dict:
-        return {
-            "format": self.format,
-            "path": self.path,
-            "model": self.model,
-            "options": self.options,
-            "micro_batch": self.micro_batch,
-            "grad_accum": self.grad_accum,
-            "global_batch": self.global_batch,
-            "parallel": self.parallel,
-            "serving": self.serving,
-            "fields": [f.to_dict() for f in self.fields],
-            "unknown": [f.name for f in self.unknown],
-        }
+        return fields_dict(self) | {"unknown": [f.name for f in self.unknown]}
 
 
 def bad(path: str, where: str, what: str) -> DlperfError:

@@ -146,6 +146,22 @@ def _model(job: Job, args: dict, path: str) -> None:
 
 
 def _run(job: Job, args: dict, path: str, gpus: int | None) -> None:
+    # in this order: the fields are listed as they were read
+    _batch_and_precision(job, args, path)
+    _parallel(job, args, path, gpus)
+    _recompute(job, args, path)
+    optimizer = str(args.get("--optimizer", "adam"))
+    job.options["optimizer"] = "sgd-momentum" if optimizer == "sgd" else "adamw"
+    if "--optimizer" in args:
+        job.use("--optimizer", optimizer, f"--optimizer {job.options['optimizer']}")
+    for flag in ("--use-mcore-models", "--transformer-impl", "--overlap-grad-reduce",
+                 "--overlap-param-gather", "--accumulate-allreduce-grads-in-fp32"):  # fmt: skip
+        if flag in args:
+            job.ignore(flag, args[flag], "how Megatron overlaps or builds: its default priced")
+
+
+def _batch_and_precision(job: Job, args: dict, path: str) -> None:
+    """The micro- and global batch, the precision, clipping and attention."""
     micro = _int(args, "--micro-batch-size", path, 1)
     job.micro_batch = micro
     job.use("--micro-batch-size", micro, f"micro-batch {micro} per GPU")
@@ -165,6 +181,11 @@ def _run(job: Job, args: dict, path: str, gpus: int | None) -> None:
     job.options["attention"] = attention
     if "--use-flash-attn" in args:
         job.use("--use-flash-attn", True, "--attention auto (flash)")
+
+
+def _parallel(job: Job, args: dict, path: str, gpus: int | None) -> None:
+    """tp, pp, cp, the sharding, sequence parallelism and the pipeline schedule;
+    dp from the GPU count."""
     tp = _int(args, "--tensor-model-parallel-size", path, 1)
     pp = _int(args, "--pipeline-model-parallel-size", path, 1)
     cp = _int(args, "--context-parallel-size", path, 1)
@@ -187,6 +208,10 @@ def _run(job: Job, args: dict, path: str, gpus: int | None) -> None:
                  "--num-layers-per-virtual-pipeline-stage"):  # fmt: skip
         if flag in args:
             job.use(flag, args[flag], said)
+
+
+def _recompute(job: Job, args: dict, path: str) -> None:
+    """The activation checkpointing policy of --recompute-granularity and its method."""
     granularity = args.get("--recompute-granularity")
     if granularity:
         policy = {"full": "full", "selective": "selective"}.get(str(granularity))
@@ -205,11 +230,3 @@ def _run(job: Job, args: dict, path: str, gpus: int | None) -> None:
         for flag in ("--recompute-method", "--recompute-num-layers"):
             if flag in args:
                 job.use(flag, args[flag], f"read with --recompute-granularity: {policy}")
-    optimizer = str(args.get("--optimizer", "adam"))
-    job.options["optimizer"] = "sgd-momentum" if optimizer == "sgd" else "adamw"
-    if "--optimizer" in args:
-        job.use("--optimizer", optimizer, f"--optimizer {job.options['optimizer']}")
-    for flag in ("--use-mcore-models", "--transformer-impl", "--overlap-grad-reduce",
-                 "--overlap-param-gather", "--accumulate-allreduce-grads-in-fp32"):  # fmt: skip
-        if flag in args:
-            job.ignore(flag, args[flag], "how Megatron overlaps or builds: its default priced")

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 from ..dtypes import DTYPES
 from ..hardware import HardwareSpec
+from ..jsonable import Jsonable
 
 
 @dataclass(frozen=True)
-class StepEnergy:
+class StepEnergy(Jsonable):
     """Joules of one step on one GPU, and what they are made of."""
 
     joules: float
@@ -29,9 +30,6 @@ class StepEnergy:
     idle_joules: float  # the waits between kernels
     average_watts: float
     cap_watts: float  # the card's TDP, or its power cap
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 def _cap_and_idle(spec: HardwareSpec) -> tuple[float, float]:

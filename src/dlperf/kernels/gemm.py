@@ -9,7 +9,7 @@ intensity against the datasheet ridge, and notes made from the losses.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from ..dtypes import accumulator_bytes, bytes_per_element, check_dtype
 from ..errors import DlperfError
 from ..hardware import HardwareSpec
 from ..hardware import gpu as get_gpu
+from ..jsonable import Jsonable
 from ..kinds import Bound, LossKind
 from .gemm_tiles import TILES, predict_many
 from .pricing import GemmTimer, Timing, time
@@ -27,7 +28,7 @@ __all__ = ["MAX_MATRIX_ELEMENTS", "TILES", "GemmResult", "gemm", "predict_many"]
 
 
 @dataclass
-class GemmResult:
+class GemmResult(Jsonable):
     m: int
     n: int
     k: int
@@ -55,9 +56,6 @@ class GemmResult:
     latency_s: float
     alignment: dict[str, str]
     notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 # No GPU holds a matrix of more elements (2**48 fp16 values are 512 TiB); the

@@ -40,6 +40,7 @@ import numpy as np
 
 from ..hardware import HardwareSpec
 from ..hardware.framework import FrameworkHost, framework_host
+from ..jsonable import fields_dict
 from ..kinds import Phase
 from .fixed_costs import gap_s
 
@@ -70,16 +71,13 @@ class HostTimeline:
         return self.idle_s / self.step_s if self.step_s > 0 else 0.0
 
     def to_dict(self) -> dict:
-        return {
-            "step_s": self.step_s,
-            "gpu_busy_s": self.gpu_busy_s,
-            "host_s": self.host_s,
-            "idle_s": self.idle_s,
-            "idle_share": self.idle_share,
-            "idle_by_phase_s": dict(self.idle_by_phase_s),
-            "cuda_graphs": self.cuda_graphs,
-            "compiled": self.compiled,
-        }
+        """The fields, with `idle_share` beside the idle time it is a share of."""
+        out = {}
+        for key, value in fields_dict(self).items():
+            out[key] = value
+            if key == "idle_s":
+                out["idle_share"] = self.idle_share
+        return out
 
 
 def _phase(row) -> str:

@@ -7,9 +7,10 @@ them, so nothing parses prose back into data.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import ClassVar
 
+from ..jsonable import fields_dict
 from ..kinds import LossKind
 
 # A GEMM's tiles are worth a word when padding wastes this share of their work or more.
@@ -55,7 +56,7 @@ class Loss:
         return self.prose.format(self=self)
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind.value, **asdict(self)}
+        return {"kind": self.kind.value, **fields_dict(self)}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,6 +24,7 @@ import numpy as np
 from ..costs import Cost, Gemm
 from ..dtypes import runnable_dtype
 from ..hardware import HardwareSpec
+from ..jsonable import Jsonable
 from ..kinds import Bound
 from .attention import BLOCK_ROWS, KERNEL_NAMES, choose_backend, fused_terms, math_cost
 from .gemm_tiles import GemmPrice, is_starved, predict_many
@@ -46,7 +47,7 @@ __all__ = ["GemmRow", "GemmTimer", "Loss", "Timing", "on_chip_bytes", "time"]
 
 
 @dataclass
-class GemmRow:
+class GemmRow(Jsonable):
     """One GEMM of a priced op, as the analysis reports it."""
 
     m: int
@@ -62,9 +63,6 @@ class GemmRow:
     alignment: dict[str, str]
     time_s: float
     waves: int = 1
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 class Timing(NamedTuple):

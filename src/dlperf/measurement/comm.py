@@ -21,19 +21,17 @@ import tempfile
 from dataclasses import dataclass
 
 from ..errors import DlperfError
+from ..jsonable import Jsonable
 
 DEFAULT_SIZES = (2**12, 2**16, 2**20, 2**22)
 
 
 @dataclass
-class CollectiveResult:
+class CollectiveResult(Jsonable):
     op: str
     bytes: int
     time_s: float
     bus_bandwidth_bytes_per_s: float
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 def bus_factor(op: str, world: int) -> float:
@@ -54,6 +52,26 @@ def measure_comm(
     repeats: int = 5,
     timeout_s: float = 300,
 ) -> dict:
+    _check_ranks(nproc, backend)
+    raw = _run_workers(nproc, backend, sizes, repeats, timeout_s)
+    world = raw["world"]
+    rows = []
+    for r in raw["results"]:
+        t = statistics.median(r["samples_s"])
+        rows.append(
+            CollectiveResult(r["op"], r["bytes"], t, r["bytes"] * bus_factor(r["op"], world) / t)
+        )
+    return {
+        "backend": raw["backend"],
+        "world": world,
+        "collectives": [r.to_dict() for r in rows],
+        "skipped": raw["skipped"],
+        "interconnect": fit_interconnect(rows, world),
+    }
+
+
+def _check_ranks(nproc: int, backend: str) -> None:
+    """Refuse, in one line, a run the workers could not start."""
     if nproc < 2:
         raise DlperfError("--nproc must be at least 2: a collective needs two ranks")
     if backend not in ("gloo", "nccl"):
@@ -63,6 +81,10 @@ def measure_comm(
 
         if not torch.cuda.is_available() or torch.cuda.device_count() < nproc:
             raise DlperfError(f"nccl needs {nproc} CUDA devices; use --backend gloo on a CPU")
+
+
+def _run_workers(nproc: int, backend: str, sizes, repeats: int, timeout_s: float) -> dict:
+    """The workers' timings (`comm_worker`'s JSON), from `nproc` local ranks."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "comm.json")
         cmd = [
@@ -93,21 +115,7 @@ def measure_comm(
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
             raise DlperfError(f"the collective workers failed: {last}")
         with open(out) as f:
-            raw = json.load(f)
-    world = raw["world"]
-    rows = []
-    for r in raw["results"]:
-        t = statistics.median(r["samples_s"])
-        rows.append(
-            CollectiveResult(r["op"], r["bytes"], t, r["bytes"] * bus_factor(r["op"], world) / t)
-        )
-    return {
-        "backend": raw["backend"],
-        "world": world,
-        "collectives": [r.to_dict() for r in rows],
-        "skipped": raw["skipped"],
-        "interconnect": fit_interconnect(rows, world),
-    }
+            return json.load(f)
 
 
 def _loopback() -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..errors import DlperfError
 from ..hardware.calibration import layer_keys
+from ..jsonable import fields_dict, jsonable
 from ..kernels.roofline import roofline_time_s
 from ..kinds import module_at_depth
 from ..optimizer import step_style
@@ -131,10 +132,10 @@ class CompareRow:
         return self.roofline_s / self.measured_s if self.measured_s else 0.0
 
     def to_dict(self) -> dict:
-        out = dict(self.__dict__)
-        out["ratio"] = self.ratio if self.predicted_s else None
-        out["fraction_of_roofline"] = self.fraction_of_roofline
-        return out
+        # no prediction: a null ratio rather than JSON's missing infinity
+        ratio = self.ratio if self.predicted_s else None
+        roofline = self.fraction_of_roofline
+        return fields_dict(self) | {"ratio": ratio, "fraction_of_roofline": roofline}
 
 
 @dataclass
@@ -165,11 +166,9 @@ class Comparison:
         return sorted(self.rows, key=lambda r: abs(r.measured_s - r.predicted_s), reverse=True)
 
     def to_dict(self, misses: int = 10) -> dict:
-        skip = ("rows",)
-        out = {k: v for k, v in self.__dict__.items() if k not in skip}
-        out["rows"] = [r.to_dict() for r in self.rows]
-        out["misses"] = [r.to_dict() for r in self.misses[:misses]]
-        return out
+        """The fields with the rows last, then the `misses` largest misses."""
+        out = fields_dict(self, last=("rows",))
+        return out | {"misses": jsonable(self.misses[:misses])}
 
 
 def row_layer_keys(analysis) -> list[str]:
@@ -181,66 +180,11 @@ def row_layer_keys(analysis) -> list[str]:
 
 def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
     """`analysis` (a dlperf Analysis of the model as the run ran it) beside `data`."""
-    layer_of = dict(zip(map(id, analysis.rows), row_layer_keys(analysis), strict=True))
     rows = [r for r in analysis.rows if r.time_s > 0 or r.flops or r.bytes]
-    names = {trace_name(r.op) for r in rows}
-    calls, orphans = anchored_calls(data, names)
-    # time outside the profiled steps (before the first mark, after the last)
-    # belongs to no step: left out of every per-step figure
-    inside = in_steps(data)
-    kernels = [k for k in data.kernels if inside(k)]
-    orphans = [k for k in orphans if inside(k)]
-    if data.step_spans:
-        calls = [c for c in calls if c.step is not None]
-    if data.kernels and not kernels:
-        raise DlperfError(f"{data.path}: no GPU kernel was launched inside its profiled steps")
-    steps = data.steps if data.step_spans else repeats(rows, calls)
+    calls, orphans, kernels, steps = _in_steps(data, rows)
     taken, left = match(rows, calls, steps)
-    gpu = bool(data.kernels)
     spec = analysis.spec
-    out_rows, unmatched = [], []
-    categories = {c: {"predicted_s": 0.0, "measured_s": 0.0} for c in CLASSES}
-    # the optimizer phase's rows (update, unscale, clipping) are one row, the
-    # update's: every optimizer call (`match`) against the phase's predicted sums
-    phase = [r for r in rows if trace_name(r.op) == OPTIMIZER]
-    at = optimizer_head(rows)
-    head = rows[at] if at is not None else None
-    in_phase = {id(r) for r in phase}
-    for row, mine in zip(rows, taken, strict=True):
-        cls = row_class(row)
-        categories[cls]["predicted_s"] += row.time_s
-        if id(row) in in_phase and row is not head:
-            continue
-        layer, merged = layer_of[id(row)], ()
-        if row is head:
-            others = [r for r in phase if r is not head]
-            merged = tuple((r.op, layer_of[id(r)]) for r in others)
-            row = dataclasses.replace(
-                row, **{k: sum(getattr(r, k) for r in phase) for k in ("time_s", "flops",
-                                                                      "bytes", "kernels")}
-            )  # fmt: skip
-        if not mine:
-            unmatched.append({"module": row.module, "op": row.op, "predicted_s": row.time_s})
-            continue
-        # a row's calls are one per step: their median, which a step slowed by
-        # another process (or a first step's warm-up) does not move; the
-        # optimizer's calls are all of each step's, their mean per step
-        if trace_name(row.op) == OPTIMIZER:
-            measured = sum(c.time_us for c in mine) * 1e-6 / steps
-        else:
-            measured = statistics.median(c.time_us for c in mine) * 1e-6
-        categories[cls]["measured_s"] += measured
-        dtype = row.dtype if row.dtype in spec.math else "fp32"
-        roof = roofline_time_s(
-            row.flops, row.bytes, spec.peak_flops_per_s(dtype), spec.memory_bandwidth_bytes_per_s
-        )
-        out_rows.append(
-            CompareRow(
-                row.module, row.op, str(row.phase), cls, str(row.bound), row.shapes,
-                row.flops, row.bytes, row.time_s, measured, len(mine), row.kernels, roof,
-                layer, merged,
-            )
-        )  # fmt: skip
+    out_rows, unmatched, categories = _compare_rows(analysis, rows, taken, steps)
     if not out_rows:
         raise DlperfError(
             f"no op of {analysis.model} was found in {data.path}: is it a trace of this model, "
@@ -249,22 +193,7 @@ def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
     outside = _outside(left, orphans, steps)
     for entry in outside:
         categories[entry["category"]]["measured_s"] += entry["measured_s"]
-    if gpu:
-        total = sum(k.duration_us for k in kernels) * 1e-6 / steps
-        busy = busy_time_us(kernels) * 1e-6 / steps
-        first = min(k.start_us for k in kernels)
-        last = max(k.start_us + k.duration_us for k in kernels)
-        span = (last - first) * 1e-6 / steps
-        idle = max(0.0, span - busy)
-    else:
-        ops_s = sum(c.time_us for c in calls) * 1e-6 / steps
-        host = _host_s(data, steps) - ops_s
-        if host > 0:
-            categories[HOST]["measured_s"] += host
-            outside.append({"name": "(framework, between ops)", "category": HOST,
-                            "measured_s": host, "calls": 0})  # fmt: skip
-        total = busy = ops_s + max(0.0, host)
-        span, idle = busy, 0.0
+    total, busy, span, idle = _measured(data, kernels, calls, steps, categories, outside)
     measured_step = (
         statistics.median(d for _, d in data.step_spans) * 1e-6 if data.step_spans else span
     )
@@ -286,10 +215,109 @@ def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
         sorted(outside, key=lambda e: e["measured_s"], reverse=True),
         {c: v for c, v in categories.items() if v["predicted_s"] or v["measured_s"]},
         _modules(out_rows, depth),
-        communication_summary(kernels, spec, steps) if gpu else {},
+        communication_summary(kernels, spec, steps) if data.kernels else {},
         data.rank,
         _notes(rows, taken, calls) + _optimizer_notes(analysis, data),
     )
+
+
+def _in_steps(data: TraceData, rows: list) -> tuple[list[Call], list, list, int]:
+    """The calls of `rows`' ops, the kernels no call claims (orphans), every
+    kernel, and the number of steps: all of them inside the profiled steps."""
+    calls, orphans = anchored_calls(data, {trace_name(r.op) for r in rows})
+    # time outside the profiled steps (before the first mark, after the last)
+    # belongs to no step: left out of every per-step figure
+    inside = in_steps(data)
+    kernels = [k for k in data.kernels if inside(k)]
+    orphans = [k for k in orphans if inside(k)]
+    if data.step_spans:
+        calls = [c for c in calls if c.step is not None]
+    if data.kernels and not kernels:
+        raise DlperfError(f"{data.path}: no GPU kernel was launched inside its profiled steps")
+    steps = data.steps if data.step_spans else repeats(rows, calls)
+    return calls, orphans, kernels, steps
+
+
+def _compare_rows(analysis, rows: list, taken: list, steps: int):
+    """The rows found in the trace beside their calls, the rows not found, and
+    the predicted and measured seconds per category (CLASSES)."""
+    layer_of = dict(zip(map(id, analysis.rows), row_layer_keys(analysis), strict=True))
+    out_rows, unmatched = [], []
+    categories = {c: {"predicted_s": 0.0, "measured_s": 0.0} for c in CLASSES}
+    # the optimizer phase's rows (update, unscale, clipping) are one row, the
+    # update's: every optimizer call (`match`) against the phase's predicted sums
+    phase = [r for r in rows if trace_name(r.op) == OPTIMIZER]
+    at = optimizer_head(rows)
+    head = rows[at] if at is not None else None
+    in_phase = {id(r) for r in phase}
+    for row, mine in zip(rows, taken, strict=True):
+        cls = row_class(row)
+        categories[cls]["predicted_s"] += row.time_s
+        if id(row) in in_phase and row is not head:
+            continue
+        layer, merged = layer_of[id(row)], ()
+        if row is head:
+            row, merged = _phase_row(head, phase, layer_of)
+        if not mine:
+            unmatched.append({"module": row.module, "op": row.op, "predicted_s": row.time_s})
+            continue
+        out = _compare_row(row, mine, cls, steps, analysis.spec, layer, merged)
+        categories[cls]["measured_s"] += out.measured_s
+        out_rows.append(out)
+    return out_rows, unmatched, categories
+
+
+def _phase_row(head, phase: list, layer_of: dict):
+    """The optimizer phase as its update's row, its sums in place of the update's
+    own, and the (op, layer) of the rows merged into it."""
+    merged = tuple((r.op, layer_of[id(r)]) for r in phase if r is not head)
+    row = dataclasses.replace(
+        head, **{k: sum(getattr(r, k) for r in phase) for k in ("time_s", "flops",
+                                                               "bytes", "kernels")}
+    )  # fmt: skip
+    return row, merged
+
+
+def _compare_row(row, mine: list[Call], cls: str, steps: int, spec, layer, merged) -> CompareRow:
+    """`row` beside its calls in the trace, `mine`, per step."""
+    # a row's calls are one per step: their median, which a step slowed by
+    # another process (or a first step's warm-up) does not move; the
+    # optimizer's calls are all of each step's, their mean per step
+    if trace_name(row.op) == OPTIMIZER:
+        measured = sum(c.time_us for c in mine) * 1e-6 / steps
+    else:
+        measured = statistics.median(c.time_us for c in mine) * 1e-6
+    dtype = row.dtype if row.dtype in spec.math else "fp32"
+    roof = roofline_time_s(
+        row.flops, row.bytes, spec.peak_flops_per_s(dtype), spec.memory_bandwidth_bytes_per_s
+    )
+    return CompareRow(
+        row.module, row.op, str(row.phase), cls, str(row.bound), row.shapes,
+        row.flops, row.bytes, row.time_s, measured, len(mine), row.kernels, roof,
+        layer, merged,
+    )  # fmt: skip
+
+
+def _measured(data: TraceData, kernels: list, calls: list[Call], steps: int,
+              categories: dict, outside: list[dict]) -> tuple[float, ...]:  # fmt: skip
+    """Per step: the measured time the categories split, the busy time, the
+    step's span and its idle time. On a CPU the framework's time between ops
+    joins `categories` and `outside` as host time."""
+    if data.kernels:
+        total = sum(k.duration_us for k in kernels) * 1e-6 / steps
+        busy = busy_time_us(kernels) * 1e-6 / steps
+        first = min(k.start_us for k in kernels)
+        last = max(k.start_us + k.duration_us for k in kernels)
+        span = (last - first) * 1e-6 / steps
+        return total, busy, span, max(0.0, span - busy)
+    ops_s = sum(c.time_us for c in calls) * 1e-6 / steps
+    host = _host_s(data, steps) - ops_s
+    if host > 0:
+        categories[HOST]["measured_s"] += host
+        outside.append({"name": "(framework, between ops)", "category": HOST,
+                        "measured_s": host, "calls": 0})  # fmt: skip
+    busy = ops_s + max(0.0, host)
+    return busy, busy, busy, 0.0
 
 
 def _notes(rows: list, taken: list, calls: list[Call]) -> list[str]:

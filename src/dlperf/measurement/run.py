@@ -24,6 +24,7 @@ from torch import nn
 
 from ..errors import DlperfError
 from ..hardware.timing import time_callable
+from ..jsonable import fields_dict
 from ..tracing import _loss_of
 from .kineto import TENSOR_CORE_NAMES
 
@@ -47,9 +48,7 @@ class MeasureReport:
         return (self.predicted_time_s - self.measured_time_s) / self.measured_time_s
 
     def to_dict(self) -> dict:
-        out = dict(self.__dict__)
-        out["error"] = self.error
-        return out
+        return fields_dict(self) | {"error": self.error}
 
 
 def materialize(model: nn.Module, device: str) -> nn.Module:

@@ -54,28 +54,11 @@ def fit_calibration(analysis, comparison: Comparison, data: TraceData) -> tuple:
         fitted += [f"scales.{c}" for c in present] + ["kernel_extra_s"]
     else:
         kept.append("kernel_extra_s (no class has enough matched ops)")
-    exponent = 0.0
-    points = _size_points([r for r in rows if r.category == "gemm"], extra)
-    spread = _decades([flops for flops, _, _ in points])
-    fit = _size_fit(points) if len(points) >= 5 and spread >= 1.0 else None
-    if fit is not None and _sane(fit[0]):
-        scales["gemm"], exponent = fit
-        fitted.append("gemm_exponent")
-    else:
-        kept.append(
-            f"gemm_exponent ({len(points)} GEMMs spanning {spread:.1f} decades of FLOPs; "
-            "5 over a decade are needed)"
-        )
+    exponent = _gemm_exponent(rows, extra, scales, fitted, kept)
     op_scales = _op_scales(rows, extra)
     if op_scales:
         fitted.append(f"op_scales ({len(op_scales)} memory-bound ops)")
-    layers = {}
-    for r in rows:
-        core = r.measured_s - extra * max(1, r.kernels)
-        if core > 0 and _sane(core / r.predicted_s):
-            # a merged row's factor is each of its rows' (the optimizer phase)
-            for layer in (r.layer, *(merged for _, merged in r.merged)):
-                layers[layer] = core / r.predicted_s
+    layers = _layer_scales(rows, extra)
     if layers:
         fitted.append(f"layer_scales ({len(layers)} ops of {analysis.model})")
     calibration = Calibration(
@@ -88,6 +71,49 @@ def fit_calibration(analysis, comparison: Comparison, data: TraceData) -> tuple:
         extra,
         layer_scales=layers,
     )
+    calibration, overrides = _fit_gaps(analysis, comparison, data, calibration, fitted, kept)
+    residuals = _residuals(rows, calibration, analysis)
+    notes = _step_spread_notes(data)
+    done = dataclasses.replace(
+        calibration, fitted=tuple(fitted), kept=tuple(kept), residuals=residuals, notes=notes
+    )
+    return done, overrides
+
+
+def _gemm_exponent(rows: list, extra: float, scales: dict, fitted: list, kept: list) -> float:
+    """The GEMMs' size exponent, with their scale in `scales`, where enough GEMMs
+    span enough FLOPs to fit it; else 0 and the reason in `kept`."""
+    points = _size_points([r for r in rows if r.category == "gemm"], extra)
+    spread = _decades([flops for flops, _, _ in points])
+    fit = _size_fit(points) if len(points) >= 5 and spread >= 1.0 else None
+    if fit is not None and _sane(fit[0]):
+        scales["gemm"], exponent = fit
+        fitted.append("gemm_exponent")
+        return exponent
+    kept.append(
+        f"gemm_exponent ({len(points)} GEMMs spanning {spread:.1f} decades of FLOPs; "
+        "5 over a decade are needed)"
+    )
+    return 0.0
+
+
+def _layer_scales(rows: list, extra: float) -> dict:
+    """Each matched op's own factor, measured less its launches over predicted,
+    by its place in the model."""
+    layers = {}
+    for r in rows:
+        core = r.measured_s - extra * max(1, r.kernels)
+        if core > 0 and _sane(core / r.predicted_s):
+            # a merged row's factor is each of its rows' (the optimizer phase)
+            for layer in (r.layer, *(merged for _, merged in r.merged)):
+                layers[layer] = core / r.predicted_s
+    return layers
+
+
+def _fit_gaps(analysis, comparison: Comparison, data: TraceData, calibration: Calibration,
+              fitted: list, kept: list) -> tuple[Calibration, dict]:  # fmt: skip
+    """A GPU trace's gap between kernels queued back to back (an efficiency
+    override), or a CPU trace's host time per op (in the calibration)."""
     overrides = {}
     if data.kernels:
         gap = _back_to_back_gap_s(data)
@@ -101,12 +127,7 @@ def fit_calibration(analysis, comparison: Comparison, data: TraceData) -> tuple:
         host = _host_gap_s(analysis, calibration, comparison.measured_step_s)
         calibration = dataclasses.replace(calibration, host_gap_s=host)
         fitted.append("host_gap_s")
-    residuals = _residuals(rows, calibration, analysis)
-    notes = _step_spread_notes(data)
-    done = dataclasses.replace(
-        calibration, fitted=tuple(fitted), kept=tuple(kept), residuals=residuals, notes=notes
-    )
-    return done, overrides
+    return calibration, overrides
 
 
 def _step_spread_notes(data: TraceData) -> tuple[str, ...]:

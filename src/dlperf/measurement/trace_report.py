@@ -17,6 +17,7 @@ from ..dtypes import name_of, runnable_dtype
 from ..errors import DlperfError
 from ..hardware import HardwareSpec, resolve_id
 from ..hardware import gpu as get_gpu
+from ..jsonable import Jsonable, fields_dict
 from ..kernels.pricing import GemmTimer, time
 from ..kernels.roofline import roofline_time_s
 from ..ops import CostContext, cost_of
@@ -65,7 +66,7 @@ _SAME_SHAPE_OUT = (
 
 
 @dataclass
-class TraceRow:
+class TraceRow(Jsonable):
     """The calls of one op with the same input shapes and dtype, priced on the roofline.
 
     FLOPs, bytes and times are totals over the `calls`; achieved rates are
@@ -93,12 +94,9 @@ class TraceRow:
     def time_above_roofline_s(self) -> float:
         return max(0.0, self.time_s - self.roofline_time_s)
 
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
 
 @dataclass
-class UnpricedRow:
+class UnpricedRow(Jsonable):
     """Kernel time dlperf has no roofline figure for, summed per launching op."""
 
     op: str
@@ -107,9 +105,6 @@ class UnpricedRow:
     kernels: int
     time_s: float
     kernel: str  # the longest kernel
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 @dataclass
@@ -130,11 +125,7 @@ class TraceReport:
         return sum(u.time_s for u in self.unpriced)
 
     def to_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k not in ("rows", "unpriced")}
-        out["rows"] = [r.to_dict() for r in self.rows]
-        out["unpriced"] = [u.to_dict() for u in self.unpriced]
-        out["unpriced_time_s"] = self.unpriced_time_s
-        return out
+        return fields_dict(self) | {"unpriced_time_s": self.unpriced_time_s}
 
 
 def _tensor_inputs(op: dict) -> tuple | None:

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import DlperfError
+from ..jsonable import Jsonable
 
 UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 RANKS = ("time", "cost")
@@ -29,7 +30,7 @@ def parse_deadline(text: str) -> float:
 
 
 @dataclass(frozen=True)
-class RunChoice:
+class RunChoice(Jsonable):
     """One GPU count's best plan, run for the whole run."""
 
     gpus: int
@@ -39,9 +40,6 @@ class RunChoice:
     gpu_hours: float
     cost: float | None  # at the price per GPU-hour; None without one
     meets_deadline: bool
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 def run_choices(

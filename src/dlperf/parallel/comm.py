@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..hardware.spec import SPECS_DIR, tomllib
+from ..jsonable import Jsonable
 from .collectives import collective_time_s, send_time_s
 from .compute import StageTimes
 from .layout import Layout
@@ -54,7 +55,7 @@ with open(SPECS_DIR / "_framework_comm.toml", "rb") as _f:
 
 
 @dataclass(frozen=True)
-class Collective:
+class Collective(Jsonable):
     """One kind of collective in a step, per GPU: bytes of the buffers it moves,
     the seconds the link is busy, and the seconds it adds to the step."""
 
@@ -74,16 +75,6 @@ class Collective:
     def __getitem__(self, key: str):
         """Read as the dict it used to be (`c["bytes"]`), for older readers."""
         return getattr(self, key)
-
-    def to_dict(self) -> dict:
-        return {
-            "op": self.op,
-            "group": self.group,
-            "bytes": self.bytes,
-            "time_s": self.time_s,
-            "exposed_time_s": self.exposed_time_s,
-            "count": self.count,
-        }
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,10 @@ replay of the profiled step found (`ModelProfile.allocator_share`).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from ..hardware import HardwareSpec
+from ..jsonable import fields_dict
 from ..training_memory import optimizer_bytes, overhead_bytes, state_bytes_per_param
 from .layout import Layout
 from .profile import ModelProfile
@@ -80,7 +81,7 @@ class MemoryPerGpu:
         )
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "total_bytes": self.total_bytes}
+        return fields_dict(self) | {"total_bytes": self.total_bytes}
 
 
 def math_weight_bytes(profile: ModelProfile) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hardware import HardwareSpec
+from ..jsonable import fields_dict, jsonable
 from .comm import Collective, collectives
 from .compute import stage_times
 from .layout import Layout
@@ -45,7 +46,8 @@ class Plan:
     memory: MemoryPerGpu | None = None
     # what would make a plan that does not fit fit (filled for the plans shown)
     to_fit: list[str] = field(default_factory=list)
-    layout: Layout | None = field(default=None, repr=False, compare=False)
+    # the JSON says the layout by its `name`
+    layout: Layout | None = field(default=None, repr=False, compare=False, metadata={"json": False})
 
     @property
     def name(self) -> str:
@@ -61,12 +63,11 @@ class Plan:
         return next((c for c in self.collectives if c.name == name), None)
 
     def to_dict(self) -> dict:
-        skip = ("collectives", "memory", "layout")
-        out = {k: v for k, v in self.__dict__.items() if k not in skip}
-        out["name"] = self.name
-        out["collectives"] = [c.to_dict() for c in self.collectives]
-        out["memory"] = self.memory.to_dict() if self.memory else None
-        return out
+        """The plan's figures, then its name, collectives and memory: the order
+        the JSON has always had."""
+        out = fields_dict(self, skip=("collectives", "memory"))
+        parts = {"collectives": jsonable(self.collectives), "memory": jsonable(self.memory)}
+        return out | {"name": self.name} | parts
 
 
 def price(profile: ModelProfile, spec: HardwareSpec, net: Interconnect, at: Layout) -> Plan:

@@ -338,20 +338,10 @@ def profile(run, session, micro_batch: int) -> ModelProfile:
     analysis = session.analysis(step)
     region = _Regions(recorded)
     split, shares = split_storages(recorded, roofline_weight(run.spec, recorded.precision))
-    saved = _saved(recorded, region, split)
-    transient = _transients(recorded, region)
-    core_bytes, kv, (heads, kv_heads) = _cores(recorded, region)
-    if not heads:  # no fused attention call (eager attention): the config says
-        heads, kv_heads = _config_heads(run.module)
-    times = _times(analysis, region, shares)
-    op_split, op_whole = _op_saved(recorded, split)
-    reduces = _recomputed_reduces(recorded, region, split, run.checkpoint)
     n = max(len(recorded.blocks), 1)
     sizes = dict(run.module.named_modules())
     block_params = sum(sum(p.numel() for p in sizes[b].parameters()) for b in recorded.blocks)
     pre_params, post_params = _outside_params(run, region)
-    block_time = times.get("block_forward", 0.0) + times.get("block_backward", 0.0)
-    post_time = times.get("post_forward", 0.0) + times.get("post_backward", 0.0)
     policy = run.precision
     return ModelProfile(
         name=run.name,
@@ -363,6 +353,32 @@ def profile(run, session, micro_batch: int) -> ModelProfile:
         precision=policy,
         optimizer=run.optimizer,
         checkpoint=run.checkpoint,
+        **_memory_fields(run, recorded, region, split, n),
+        boundary_elements=_boundary_elements(recorded, region),
+        activation_itemsize=policy.cast_weight_bytes or policy.master_weight_bytes,
+        allocator_share=_allocator_share(recorded, run),
+        reduce_bytes=bytes_per_element(run.reduce_dtype),
+        **_time_fields(analysis, region, shares, n),
+        peak_flops_per_s=_peak(analysis),
+        pre_params=pre_params,
+        post_params=post_params,
+        tensor_parallel=has_linear_layers(recorded, recorded.blocks),
+        param_shapes=recorded.trained_shapes,
+        **_moe_fields(recorded),
+    )
+
+
+def _memory_fields(run, recorded: Trace, region: _Regions, split, n: int) -> dict:
+    """The profile's activations, transients and KV cache (per block where the
+    name says so), with the attention heads the KV cache is counted over."""
+    saved = _saved(recorded, region, split)
+    transient = _transients(recorded, region)
+    core_bytes, kv, (heads, kv_heads) = _cores(recorded, region)
+    if not heads:  # no fused attention call (eager attention): the config says
+        heads, kv_heads = _config_heads(run.module)
+    op_split, op_whole = _op_saved(recorded, split)
+    reduces = _recomputed_reduces(recorded, region, split, run.checkpoint)
+    return dict(
         block_activations_bytes=saved["block"] / n,
         block_split_bytes=saved["block_split"] / n,
         block_core_bytes=core_bytes / n,
@@ -376,13 +392,19 @@ def profile(run, session, micro_batch: int) -> ModelProfile:
         block_transient_bytes=transient["block"],
         post_transient_bytes=transient["post"],
         pre_transient_bytes=transient["pre"],
-        boundary_elements=_boundary_elements(recorded, region),
-        activation_itemsize=policy.cast_weight_bytes or policy.master_weight_bytes,
         kv_elements=kv / n,
-        allocator_share=_allocator_share(recorded, run),
-        reduce_bytes=bytes_per_element(run.reduce_dtype),
         heads=heads,
         kv_heads=kv_heads,
+    )
+
+
+def _time_fields(analysis, region: _Regions, shares, n: int) -> dict:
+    """The profile's seconds (per block where the name says so), the shares
+    of them that tensor parallelism splits, and the model's FLOPs."""
+    times = _times(analysis, region, shares)
+    block_time = times.get("block_forward", 0.0) + times.get("block_backward", 0.0)
+    post_time = times.get("post_forward", 0.0) + times.get("post_backward", 0.0)
+    return dict(
         block_forward_s=times.get("block_forward", 0.0) / n,
         block_backward_s=times.get("block_backward", 0.0) / n,
         block_recompute_s=times.get("block_recompute", 0.0) / n,
@@ -395,12 +417,6 @@ def profile(run, session, micro_batch: int) -> ModelProfile:
         post_split_share=times.get("post_split", 0.0) / post_time if post_time else 0.0,
         optimizer_s=times.get("optimizer", 0.0),
         model_flops=times.get("flops", 0.0),
-        peak_flops_per_s=_peak(analysis),
-        pre_params=pre_params,
-        post_params=post_params,
-        tensor_parallel=has_linear_layers(recorded, recorded.blocks),
-        param_shapes=recorded.trained_shapes,
-        **_moe_fields(recorded),
     )
 
 

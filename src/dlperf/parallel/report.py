@@ -19,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field, replace
 
 from ..dtypes import name_of
+from ..jsonable import fields_dict, jsonable
 from ..precision import resolve_for
 from ..run import Run, Session
 from ..training_memory import parse_checkpoint
@@ -58,10 +59,8 @@ class PlanReport:
         return sum(p.fits for p in self.plans)
 
     def to_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k != "plans"}
-        out["fitting"] = self.fitting
-        out["plans"] = [p.to_dict() for p in self.plans]
-        return out
+        out = fields_dict(self, skip=("plans",))
+        return out | {"fitting": self.fitting, "plans": jsonable(self.plans)}
 
 
 def _fsdp_profiles(run, session, micro_batch: int, profiles: list[ModelProfile]) -> dict:

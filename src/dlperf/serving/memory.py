@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 
 from ..hardware import HardwareSpec
+from ..jsonable import fields_dict
 from ..run_config import ServingConfig
 from ..training_memory.step import overhead_bytes
 
@@ -50,13 +51,7 @@ class ServingMemory:
         )
 
     def to_dict(self) -> dict:
-        return {
-            "weights_bytes": self.weights_bytes,
-            "kv_cache_bytes": self.kv_cache_bytes,
-            "activations_bytes": self.activations_bytes,
-            "workspace_bytes": self.workspace_bytes,
-            "total_bytes": self.total_bytes,
-        }
+        return fields_dict(self) | {"total_bytes": self.total_bytes}
 
 
 def kv_bytes_per_token(kv_shapes, kv_bytes: int, tp: int = 1, pp: int = 1) -> float:

@@ -10,6 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ..dtypes import bytes_per_element, runnable_dtype
+from ..jsonable import fields_dict
 from ..kernels.quantized import GEMV_ROLE
 from ..kernels.roofline import arithmetic_intensity, ridge_point
 from ..kinds import Bound
@@ -35,17 +36,8 @@ class PhaseReport:
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {
-            "time_s": self.time_s,
-            "tokens": self.tokens,
-            "flops": self.flops,
-            "bytes": self.bytes,
-            "weight_bytes": self.weight_bytes,
-            "comm_s": self.comm_s,
-            "bound": self.bound,
-            "top_ops": self.top_ops,
-            **self.extra,
-        }
+        """The fields, with the phase's `extra` figures beside them rather than nested."""
+        return fields_dict(self, skip=("extra",)) | self.extra
 
 
 @dataclass

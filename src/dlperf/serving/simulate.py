@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DlperfError
+from ..jsonable import Jsonable, fields_dict
 from ..run import Session, run_config
 from ..run_config import RunConfig
 from .cache import context_window
@@ -36,7 +37,7 @@ BISECTIONS = 8
 
 
 @dataclass(frozen=True)
-class Slo:
+class Slo(Jsonable):
     """Latency limits in seconds (None: no limit) that every request must meet."""
 
     ttft_s: float | None = None
@@ -49,9 +50,6 @@ class Slo:
             if limit is not None:
                 ok &= values <= limit
         return ok
-
-    def to_dict(self) -> dict:
-        return {"ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s}
 
 
 _UNITS = {"ms": 1e-3, "s": 1.0, "us": 1e-6}
@@ -117,10 +115,10 @@ class SimulationReport:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k != "slo"}
-        out["slo"] = self.slo.to_dict() if self.slo else None
-        out["request_rate"] = None if math.isinf(self.request_rate) else self.request_rate
-        return out
+        """The fields with the SLO last, and an unbounded request rate (every
+        request at once) as null: JSON has no infinity."""
+        rate = None if math.isinf(self.request_rate) else self.request_rate
+        return fields_dict(self, last=("slo",)) | {"request_rate": rate}
 
 
 def _fill(report: SimulationReport, work: Workload, timings: Timings, slo: Slo | None) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ..analysis import analyze_trace
 from ..checkpointing import kept_by_module, parse_checkpoint
 from ..errors import DlperfError
+from ..jsonable import fields_dict
 from ..models.inputs import resize_inputs
 from ..tracing import OpEvent, Trace, within
 from .partitioner import partitioned
@@ -77,7 +78,7 @@ class MemoryReport(StepMemory):
     def to_dict(self) -> dict:
         """The run first (the fields before capacity_bytes), then the step's terms
         and peak, then the rest: the order the JSON has always had."""
-        out = dataclasses.asdict(self)
+        out = fields_dict(self)
         terms = {f.name: out.pop(f.name) for f in dataclasses.fields(StepMemory)}
         keys = list(out)
         run, rest = keys[: keys.index("capacity_bytes")], keys[keys.index("capacity_bytes") :]
