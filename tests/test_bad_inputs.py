@@ -174,6 +174,12 @@ CASES = {
     "serve-dataset-missing": ["serve", GPT, "--dataset", "{tmp}/missing.jsonl"],
     "serve-slo-unit": ["serve", GPT, "--request-rate", "1", "--slo", "ttft=5min"],
     "serve-max-rate-no-slo": ["serve", GPT, "--find-max-rate"],
+    "serve-seed-negative": ["serve", GPT, "--request-rate", "1", "--seed", "-1"],
+    "serve-max-model-len-past-positions": ["serve", GPT, "--max-model-len", "128"],
+    "serve-request-past-max-model-len": [
+        "serve", GPT, "--request-rate", "1", "--dataset", "random:in=40,out=10",
+        "--max-model-len", "32",
+    ],  # fmt: skip
     "serve-batch-in-simulation": ["serve", GPT, "--request-rate", "1", "--batch", "4"],
     "serve-engine-flag-static": ["serve", GPT, "--max-num-seqs", "8"],
     "serve-speculative-json": ["serve", GPT, "--speculative-config", "{k: 4}"],

@@ -266,3 +266,14 @@ def test_simulate_is_public():
 
     report = dlperf.simulate(LLAMA, gpu="a100", dataset="random:in=16,out=4", num_prompts=5)
     assert report.completed == 5
+
+
+def test_max_model_len_bounds_a_request_and_the_traced_sequence():
+    """vLLM's --max-model-len: a request longer is refused; within the model's
+    positions it sets the longest sequence a step is traced at."""
+    with pytest.raises(DlperfError, match="longer than the engine's max_model_len 32"):
+        Simulator(LLAMA, dataset="random:in=40,out=10", num_prompts=4, gpu="a100",
+                  max_model_len=32)  # fmt: skip
+    sim = Simulator(LLAMA, dataset="random:in=20,out=8", num_prompts=4, gpu="a100",
+                    max_model_len=64)  # fmt: skip
+    assert sim.d.context_tokens == 64 and sim.d.max_model_len == 64

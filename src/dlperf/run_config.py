@@ -121,6 +121,7 @@ class ServingConfig:
     block_size: int = 16
     speculative: object = field(default=None, hash=False)
     max_num_seqs: int | None = None
+    max_model_len: int | None = None  # tokens a request may hold (default: the model's positions)
     chunked_prefill: bool = True
     scheduler: str | None = None  # a registered policy (serving.scheduler); None: chunked_prefill
     prefix_cache_hit_rate: float = 0.0
@@ -306,7 +307,8 @@ def _check_values(config: RunConfig) -> None:
                  "global_batch"):  # fmt: skip
         _whole(name, getattr(par, name))
     for name in ("input_len", "output_len", "concurrency", "quant_group", "max_num_seqs",
-                 "max_num_batched_tokens", "block_size", "num_prompts"):  # fmt: skip
+                 "max_num_batched_tokens", "block_size", "num_prompts",
+                 "max_model_len"):  # fmt: skip
         _whole(name, getattr(serving, name))
     _whole("seed", serving.seed, minimum=0)
     network = par.node_network_bytes_per_s

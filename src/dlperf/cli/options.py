@@ -529,6 +529,14 @@ SIMULATION = (
         "(default: vLLM's, 1024 on GPUs of 70 GiB or more except the A100, else 256)",
     ),
     option(
+        "--max-model-len",
+        api="max_model_len",
+        type=positive_int,
+        metavar="N",
+        help="tokens a request may hold, prompt and output, as vLLM's --max-model-len "
+        "(default: the model's positions)",
+    ),
+    option(
         "--no-chunked-prefill",
         action="store_true",
         help="prompts run whole in steps of their own (vLLM V0's default scheduler)",

@@ -61,6 +61,7 @@ def serve(model, config: RunConfig | None = None, *, session: Session | None = N
     check_lengths(input_len, output_len, batch, serving.concurrency)
     speculation = parse_speculative(serving.speculative) if serving.speculative else None
     deployment = deploy(model, config, session, fused)
+    deployment.check_request(input_len + output_len)
     timeline = deployment.timeline(input_len, output_len)
     prefill = timeline.prefill(batch)
     report = _report(deployment.run, deployment.spec, deployment.scheme,

@@ -20,7 +20,7 @@ from ..precision import AUTO
 from ..run import Run, Session, device_spec, resolve
 from ..run_config import RunConfig
 from ..tracing import repeated_blocks
-from .cache import check_decoder
+from .cache import check_decoder, context_window
 from .memory import (
     ServingMemory,
     activation_bytes,
@@ -43,6 +43,22 @@ class Deployment:
     max_num_batched_tokens: int
     gpu_memory_utilization: float
     block_size: int
+    # tokens a request may hold, as given (vLLM's --max-model-len); else the
+    # model's positions bound it (`cache.step_inputs` says so)
+    max_model_len: int | None = None
+
+    @property
+    def context_tokens(self) -> int | None:
+        """The most tokens one sequence holds: max_model_len, else the model's positions."""
+        return self.max_model_len or context_window(self.run.model)
+
+    def check_request(self, tokens: int) -> None:
+        """A request of `tokens` (prompt + output) is refused past max_model_len, as vLLM does."""
+        if self.max_model_len and tokens > self.max_model_len:
+            raise DlperfError(
+                f"a request of {tokens} tokens (prompt + output) is longer than the engine's "
+                f"max_model_len {self.max_model_len}: shorten it, or give --max-model-len {tokens}"
+            )
 
     @property
     def spec(self) -> HardwareSpec:
@@ -124,4 +140,18 @@ def deploy(model, config: RunConfig, session: Session | None = None,
     tracer = StepTracer(run, engine, session or Session())
     chunk = serving.max_num_batched_tokens or default_max_num_batched_tokens(spec)
     return Deployment(run, engine, tracer, pp, config.step.cuda_graphs, chunk,
-                      serving.gpu_memory_utilization, serving.block_size)  # fmt: skip
+                      serving.gpu_memory_utilization, serving.block_size,
+                      _max_model_len(run, serving.max_model_len))  # fmt: skip
+
+
+def _max_model_len(run: Run, given: int | None) -> int | None:
+    """--max-model-len as given, refused past the model's positions."""
+    window = context_window(run.model)
+    if given and window and given > window:
+        name = run.name.removeprefix("hf:")
+        more = f"hf:{name}{',' if ':' in name else ':'}positions={given}"
+        raise DlperfError(
+            f"--max-model-len {given} is more than the {window} positions of {run.name}: "
+            f"give the model more with {more}, or a smaller --max-model-len"
+        )
+    return given

@@ -21,7 +21,6 @@ from ..errors import DlperfError
 from ..jsonable import Jsonable, fields_dict
 from ..run import Session, run_config
 from ..run_config import RunConfig
-from .cache import context_window
 from .deployment import deploy
 from .memory import default_max_num_seqs
 from .scheduler import EngineLimits, Timings, run_engine, scheduling_policy
@@ -166,9 +165,10 @@ class Simulator:
         self.max_num_seqs = max_num_seqs or default_max_num_seqs(spec)
         sample = self.requests
         longest = int((sample.input_len + sample.output_len).max())
+        self.d.check_request(longest)
         timeline = self.d.timeline(int(sample.input_len.max()), int(sample.output_len.max()))
         # one sequence traced stands for a step's tokens: no longer than the model's positions
-        positions = context_window(self.d.run.model) or self.d.max_num_batched_tokens
+        positions = self.d.context_tokens or self.d.max_num_batched_tokens
         traced = min(self.d.max_num_batched_tokens, positions)
         prefill, _ = timeline.prefill_tokens(traced)
         fixed, per_token = self.d.memory(prefill)
