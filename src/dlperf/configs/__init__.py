@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import DlperfError
 from ..hardware.spec import tomllib
-from . import llm_foundry, megatron, others, torchtitan
+from . import hf_model_config, hf_training, llm_foundry, megatron, torchtitan, vllm
 from .job import Field, Job
 
 __all__ = ["Field", "Job", "read_config"]
@@ -47,8 +47,8 @@ def read_config(path: str | Path, gpus: int | None = None) -> Job:
         return _json(text, name, gpus)
     if megatron.looks_like(text):
         return megatron.read(text, name, gpus)
-    if others.looks_like_vllm(text):
-        return others.read_vllm(text, name)
+    if vllm.looks_like(text):
+        return vllm.read(text, name)
     raise DlperfError(
         f"{path}: not a config dlperf reads (torchtitan TOML, llm-foundry YAML, Megatron-LM "
         "arguments, TrainingArguments or config.json, vLLM arguments)"
@@ -89,9 +89,9 @@ def _json(text: str, path: str, gpus: int | None) -> Job:
         raise DlperfError(f"{path}: line {err.lineno}: malformed JSON ({err.msg})") from None
     if not isinstance(doc, dict):
         raise DlperfError(f"{path}: a JSON config is an object of fields")
-    if others.looks_like_training_arguments(doc):
-        return others.read_training_arguments(doc, path, gpus)
-    if others.looks_like_model_config(doc):
-        return others.read_model_config(doc, path)
+    if hf_training.looks_like(doc):
+        return hf_training.read(doc, path, gpus)
+    if hf_model_config.looks_like(doc):
+        return hf_model_config.read(doc, path)
     raise DlperfError(f"{path}: neither TrainingArguments (per_device_train_batch_size) nor a "
                       "model's config.json (model_type)")  # fmt: skip
