@@ -36,7 +36,9 @@ BOOKKEEPING = {
 MODEL_SIZES = ("d_model", "n_heads", "n_layers", "expansion_ratio", "vocab_size")
 
 
-def looks_like(doc: dict) -> bool:
+def looks_like(doc) -> bool:
+    if not isinstance(doc, dict):  # YAML parses to a list or a scalar as readily
+        return False
     model = doc.get("model")
     return isinstance(model, dict) and (
         "global_train_batch_size" in doc or str(model.get("name", "")).startswith("mpt")
