@@ -8,11 +8,21 @@ from pathlib import Path
 import pytest
 
 import dlperf
+from dlperf import configs
 from dlperf.cli import main
 from dlperf.configs import read_config
 from dlperf.errors import DlperfError
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
+# each format's example: a format added to configs.FORMATS needs one here
+EXAMPLE_OF = {
+    "torchtitan": "torchtitan_llama3_8b.toml",
+    "llm-foundry": "llm_foundry_mpt_125m.yaml",
+    "megatron": "megatron_gpt_1.3b.sh",
+    "hf-training": "hf_training_args.json",
+    "hf-config": "tiny_llama_config.json",
+    "vllm": "vllm_llama3_8b.sh",
+}
 
 
 def test_torchtitan_llama3_8b_becomes_fsdp_with_per_op_checkpointing():
@@ -220,3 +230,43 @@ def test_an_inference_pass_ignores_a_configs_clipping(capsys):
     assert not [r for r in doc["ops"] if r["op"] == "clip_grad_norm"]
     assert main([*base]) == 0  # the config alone clips
     assert [r for r in json.loads(capsys.readouterr().out)["ops"] if r["op"] == "clip_grad_norm"]
+
+
+def test_every_config_example_is_one_formats_example():
+    written = {p.name for p in EXAMPLES.iterdir() if p.suffix in (".toml", ".yaml", ".sh", ".json")}
+    assert written == set(EXAMPLE_OF.values())
+    assert sorted(fmt.name for fmt in configs.FORMATS) == sorted(EXAMPLE_OF)
+
+
+@pytest.mark.parametrize("fmt", configs.FORMATS, ids=lambda fmt: fmt.name)
+def test_each_formats_entry_reads_its_example(fmt):
+    path = EXAMPLES / EXAMPLE_OF[fmt.name]
+    assert configs.SUFFIXES.get(path.suffix, "text") == fmt.syntax
+    doc = configs.parse(path.read_text(), fmt.syntax, str(path))
+    assert fmt.looks_like(doc)
+    job = fmt.read(doc, str(path), 8)
+    assert job.format == fmt.name and job.fields and not job.unknown
+    # the dispatch picks this entry and no earlier one of the same syntax
+    assert read_config(path, gpus=8).to_dict() == job.to_dict()
+
+
+def test_a_new_format_is_one_table_entry(tmp_path, monkeypatch):
+    """A worked extension: plain text, `# toy` then `compile = yes` lines."""
+
+    def looks_like(text: str) -> bool:
+        return text.startswith("# toy")
+
+    def read(text: str, path: str, gpus: int | None) -> configs.Job:
+        job = configs.Job("toy", path)
+        for line in text.splitlines()[1:]:
+            key, value = (word.strip() for word in line.split("="))
+            job.options["compile"] = value == "yes"
+            job.use(key, value, "--compile")
+        return job
+
+    toy = configs.Format("toy", "text", looks_like, read)
+    monkeypatch.setattr(configs, "FORMATS", (*configs.FORMATS, toy))
+    path = tmp_path / "run.cfg"
+    path.write_text("# toy\ncompile = yes\n")
+    job = read_config(path)
+    assert job.format == "toy" and job.options == {"compile": True}

@@ -7,21 +7,61 @@ TOML, llm-foundry's YAML, a Megatron-LM argument list, Hugging Face
 arguments) and returns a `Job`: the model, dlperf's options, and every field
 with what it became or why it was ignored. Reading a file never runs code
 (TOML, YAML's safe loader, JSON, and shell words split as text).
+
+Adding a format: write one module here with
+`looks_like(doc) -> bool` and `read(doc, path, gpus) -> Job`, where `doc` is
+the file as its syntax parses it (a dict for TOML and JSON, whatever the
+YAML holds, the text for anything else), and add one `Format` line to `FORMATS`. Formats of one
+syntax are tried in the table's order, so a narrower `looks_like` goes
+first. Put an example in `examples/` and name it in tests/test_configs.py's
+`EXAMPLE_OF`. A new syntax also needs its suffix in `SUFFIXES`, a parser in
+`PARSERS` and, in `UNCLAIMED`, what a file of it no format claims is told.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from ..errors import DlperfError
 from ..hardware.spec import tomllib
-from . import llm_foundry, megatron, others, torchtitan
+from . import hf_model_config, hf_training, llm_foundry, megatron, torchtitan, vllm
 from .job import Field, Job
 
-__all__ = ["Field", "Job", "read_config"]
+__all__ = ["FORMATS", "Field", "Format", "Job", "parse", "read_config"]
 
 MAX_BYTES = 1 << 20  # a config is text; anything larger is not one
+
+
+class Format(NamedTuple):
+    name: str  # the Job's format, as explain-config prints it
+    syntax: str  # a key of PARSERS: what `looks_like` and `read` are given
+    looks_like: Callable[[Any], bool]
+    read: Callable[[Any, str, int | None], Job]
+
+
+FORMATS = (
+    Format("torchtitan", "toml", torchtitan.looks_like, torchtitan.read),
+    Format("llm-foundry", "yaml", llm_foundry.looks_like, llm_foundry.read),
+    Format("hf-training", "json", hf_training.looks_like, hf_training.read),
+    Format("hf-config", "json", hf_model_config.looks_like, hf_model_config.read),
+    Format("megatron", "text", megatron.looks_like, megatron.read),
+    Format("vllm", "text", vllm.looks_like, vllm.read),
+)
+
+# the suffix names the syntax; a script or argument file (any other suffix) is text
+SUFFIXES = {".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".json": "json"}
+
+UNCLAIMED = {
+    "toml": "a TOML without [model] and [training]: not a torchtitan job",
+    "yaml": "a YAML without model: and global_train_batch_size: not an llm-foundry training config",
+    "json": "neither TrainingArguments (per_device_train_batch_size) nor a "
+    "model's config.json (model_type)",
+    "text": "not a config dlperf reads (torchtitan TOML, llm-foundry YAML, Megatron-LM "
+    "arguments, TrainingArguments or config.json, vLLM arguments)",
+}
 
 
 def read_config(path: str | Path, gpus: int | None = None) -> Job:
@@ -37,61 +77,57 @@ def read_config(path: str | Path, gpus: int | None = None) -> Job:
         text = file.read_text()
     except UnicodeDecodeError:
         raise DlperfError(f"{path}: not a text file") from None
-    suffix = file.suffix.lower()
     name = str(path)
-    if suffix == ".toml":
-        return _toml(text, name, gpus)
-    if suffix in (".yaml", ".yml"):
-        return _yaml(text, name, gpus)
-    if suffix == ".json":
-        return _json(text, name, gpus)
-    if megatron.looks_like(text):
-        return megatron.read(text, name, gpus)
-    if others.looks_like_vllm(text):
-        return others.read_vllm(text, name)
-    raise DlperfError(
-        f"{path}: not a config dlperf reads (torchtitan TOML, llm-foundry YAML, Megatron-LM "
-        "arguments, TrainingArguments or config.json, vLLM arguments)"
-    )
+    syntax = SUFFIXES.get(file.suffix.lower(), "text")
+    doc = parse(text, syntax, name)
+    for fmt in FORMATS:
+        if fmt.syntax == syntax and fmt.looks_like(doc):
+            return fmt.read(doc, name, gpus)
+    raise DlperfError(f"{name}: {UNCLAIMED[syntax]}")
 
 
-def _toml(text: str, path: str, gpus: int | None) -> Job:
+def parse(text: str, syntax: str, path: str):
+    """`text` as `syntax` parses it, what the formats of that syntax read."""
+    return PARSERS[syntax](text, path)
+
+
+def _toml(text: str, path: str) -> dict:
     try:
-        doc = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise DlperfError(f"{path}: malformed TOML: {err}") from None
-    if not torchtitan.looks_like(doc):
-        raise DlperfError(f"{path}: a TOML without [model] and [training]: not a torchtitan job")
-    return torchtitan.read(doc, path, gpus)
 
 
-def _yaml(text: str, path: str, gpus: int | None) -> Job:
+def _yaml(text: str, path: str):
     import yaml
 
     try:
-        doc = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "YAML"
         raise DlperfError(
             f"{path}: {where}: malformed YAML ({getattr(err, 'problem', err)})"
         ) from None
-    if not isinstance(doc, dict) or not llm_foundry.looks_like(doc):
-        raise DlperfError(f"{path}: a YAML without model: and global_train_batch_size: not an "
-                          "llm-foundry training config")  # fmt: skip
-    return llm_foundry.read(doc, path, gpus)
 
 
-def _json(text: str, path: str, gpus: int | None) -> Job:
+def _json(text: str, path: str) -> dict:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
         raise DlperfError(f"{path}: line {err.lineno}: malformed JSON ({err.msg})") from None
     if not isinstance(doc, dict):
         raise DlperfError(f"{path}: a JSON config is an object of fields")
-    if others.looks_like_training_arguments(doc):
-        return others.read_training_arguments(doc, path, gpus)
-    if others.looks_like_model_config(doc):
-        return others.read_model_config(doc, path)
-    raise DlperfError(f"{path}: neither TrainingArguments (per_device_train_batch_size) nor a "
-                      "model's config.json (model_type)")  # fmt: skip
+    return doc
+
+
+def _text(text: str, path: str) -> str:
+    return text
+
+
+PARSERS: dict[str, Callable[[str, str], Any]] = {
+    "toml": _toml,
+    "yaml": _yaml,
+    "json": _json,
+    "text": _text,
+}

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from ..errors import DlperfError
 from ..jsonable import fields_dict
 
+# why a field the formats know is ignored: it tunes learning or bookkeeping
+NOT_PRICED = "changes no step's time or memory"
+
 
 @dataclass(frozen=True)
 class Field:

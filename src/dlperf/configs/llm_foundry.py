@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from .job import Job, bad, positive
+from .job import NOT_PRICED, Job, bad, positive
 
 PRECISION = {"amp_bf16": "amp-bf16", "amp_fp16": "amp-fp16", "fp32": "fp32", "amp_fp8": "fp8"}
 SHARDING = {"FULL_SHARD": "fsdp", "HYBRID_SHARD": "hsdp", "SHARD_GRAD_OP": "zero2"}
@@ -25,7 +25,6 @@ SHARDING["NO_SHARD"] = "none"
 ATTENTION = {"flash": "auto", "triton": "triton", "torch": "eager"}
 LOSSES = {"fused_crossentropy": "fused", "torch_crossentropy": "eager"}
 OPTIMIZERS = {"decoupled_adamw": "adamw", "adamw": "adamw", "decoupled_lionw": "sgd-momentum"}
-NOT_PRICED = "changes no step's time or memory"
 BOOKKEEPING = {
     "data_local", "data_remote", "run_name", "global_seed", "seed", "tokenizer",
     "train_loader", "eval_loader", "scheduler", "max_duration", "eval_interval",
@@ -37,7 +36,9 @@ BOOKKEEPING = {
 MODEL_SIZES = ("d_model", "n_heads", "n_layers", "expansion_ratio", "vocab_size")
 
 
-def looks_like(doc: dict) -> bool:
+def looks_like(doc) -> bool:
+    if not isinstance(doc, dict):  # YAML parses to a list or a scalar as readily
+        return False
     model = doc.get("model")
     return isinstance(model, dict) and (
         "global_train_batch_size" in doc or str(model.get("name", "")).startswith("mpt")

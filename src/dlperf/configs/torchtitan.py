@@ -11,7 +11,7 @@ the loss upcast to fp32 (its cross-entropy on fp32 logits).
 
 from __future__ import annotations
 
-from .job import Job, bad, positive
+from .job import NOT_PRICED, Job, bad, positive
 
 # torchtitan's model flavors, as the checkpoints they are sized as (a bundled
 # config, `hf:ORG/NAME`) or a Hugging Face spec.
@@ -41,7 +41,6 @@ BOOKKEEPING = {
     "fault_tolerance",
     "memory_estimation",
 }
-NOT_PRICED = "changes no step's time or memory"
 
 
 def looks_like(doc: dict) -> bool:

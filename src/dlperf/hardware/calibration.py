@@ -96,65 +96,81 @@ def calibration_from_dict(raw, where: str) -> Calibration:
     """Validate a spec file's [calibration] table."""
     if not isinstance(raw, dict):
         raise DlperfError(f"{where}: [calibration] must be a table")
-
-    def text(key: str) -> str:
-        value = raw.get(key, "")
-        if not isinstance(value, str):
-            raise DlperfError(f"{where}: calibration.{key} must be a string")
-        return value
-
-    def number(key: str, value, low: float = 0.0, high: float = math.inf) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise DlperfError(f"{where}: calibration.{key} must be a number (got {value!r})")
-        if not math.isfinite(value) or not low <= value <= high:
-            within = f">= {low:g}" if high == math.inf else f"in [{low:g}, {high:g}]"
-            raise DlperfError(f"{where}: calibration.{key} must be a finite number {within}")
-        return float(value)
-
     unknown = sorted(set(raw) - set(FIELDS))
     if unknown:
         raise DlperfError(
             f"{where}: calibration.{unknown[0]} is not a calibration field; use {', '.join(FIELDS)}"
         )
-
-    def table(key: str) -> dict:
-        value = raw.get(key, {})
-        if not isinstance(value, dict):
-            raise DlperfError(f"{where}: calibration.{key} must be a table")
-        return value
-
-    scales = {}
-    for kind, value in table("scales").items():
-        if kind not in CLASSES:
-            raise DlperfError(
-                f"{where}: calibration.scales.{kind} is not a class; use {', '.join(CLASSES)}"
-            )
-        scales[kind] = number(f"scales.{kind}", value, 1e-6)
-    ops = {op: number(f"op_scales.{op}", v, 1e-6) for op, v in table("op_scales").items()}
-    lists = {}
-    for key in ("fitted", "kept", "notes"):
-        items = raw.get(key, [])
-        if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
-            raise DlperfError(f"{where}: calibration.{key} must be a list of strings")
-        lists[key] = tuple(items)
-    residuals = {k: number(f"residuals.{k}", v) for k, v in table("residuals").items()}
-    layers = {k: number(f"layer_scales.{k}", v, 1e-6) for k, v in table("layer_scales").items()}
+    # faults are looked for in this order, the strings last: a table with several is told the first
+    scales = _class_scales(raw, where)
+    ops = _factors(raw, "op_scales", where, 1e-6)
+    lists = {key: _strings(raw, key, where) for key in ("fitted", "kept", "notes")}
+    residuals = _factors(raw, "residuals", where)
+    layers = _factors(raw, "layer_scales", where, 1e-6)
     exponent = raw.get("gemm_exponent", 0.0)
     return Calibration(
-        text("source"),
-        text("model"),
-        text("base"),
+        _text(raw, "source", where),
+        _text(raw, "model", where),
+        _text(raw, "base", where),
         scales,
-        number("gemm_exponent", exponent, -1.0, 1.0),
+        _number("gemm_exponent", exponent, where, -1.0, 1.0),
         ops,
-        number("kernel_extra_s", raw.get("kernel_extra_s", 0.0)),
-        number("host_gap_s", raw.get("host_gap_s", 0.0)),
+        _number("kernel_extra_s", raw.get("kernel_extra_s", 0.0), where),
+        _number("host_gap_s", raw.get("host_gap_s", 0.0), where),
         lists["fitted"],
         lists["kept"],
         residuals,
         layers,
         lists["notes"],
     )
+
+
+def _text(raw: dict, key: str, where: str) -> str:
+    value = raw.get(key, "")
+    if not isinstance(value, str):
+        raise DlperfError(f"{where}: calibration.{key} must be a string")
+    return value
+
+
+def _number(key: str, value, where: str, low: float = 0.0, high: float = math.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DlperfError(f"{where}: calibration.{key} must be a number (got {value!r})")
+    if not math.isfinite(value) or not low <= value <= high:
+        within = f">= {low:g}" if high == math.inf else f"in [{low:g}, {high:g}]"
+        raise DlperfError(f"{where}: calibration.{key} must be a finite number {within}")
+    return float(value)
+
+
+def _table(raw: dict, key: str, where: str) -> dict:
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        raise DlperfError(f"{where}: calibration.{key} must be a table")
+    return value
+
+
+def _factors(raw: dict, key: str, where: str, low: float = 0.0) -> dict:
+    """The table `key` of names to numbers of at least `low`."""
+    return {
+        name: _number(f"{key}.{name}", v, where, low) for name, v in _table(raw, key, where).items()
+    }
+
+
+def _class_scales(raw: dict, where: str) -> dict:
+    scales = {}
+    for kind, value in _table(raw, "scales", where).items():
+        if kind not in CLASSES:
+            raise DlperfError(
+                f"{where}: calibration.scales.{kind} is not a class; use {', '.join(CLASSES)}"
+            )
+        scales[kind] = _number(f"scales.{kind}", value, where, 1e-6)
+    return scales
+
+
+def _strings(raw: dict, key: str, where: str) -> tuple[str, ...]:
+    items = raw.get(key, [])
+    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+        raise DlperfError(f"{where}: calibration.{key} must be a list of strings")
+    return tuple(items)
 
 
 def layer_keys(model: str, params: int, rows) -> list[str]:

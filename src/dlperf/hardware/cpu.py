@@ -152,7 +152,6 @@ def cpu_flash_useful_share(shape: AttentionShape) -> float:
     return min(1.0, q * kv / 2 / computed) if computed else 1.0
 
 
-
 def probe_cpu(budget_s: float | None = None, progress=None) -> dict:
     """Measure this machine and return a spec document (plain data).
 
@@ -168,41 +167,10 @@ def probe_cpu(budget_s: float | None = None, progress=None) -> dict:
     quick = _quick_rate()
     clock_mhz = 1000.0  # nominal: only the product SMs x clock x MACs matters here
     say(f"measuring this CPU once ({threads} threads, about {budget:.0f} s; the result is cached)")
-    units = {}
-    for dtype in ("fp32", "fp64", "bf16"):
-        sizes = probe.MATMUL_SIZES
-        if dtype == "bf16" and not probe.native_bf16():
-            sizes = (probe.EMULATED_BF16_SIZE,)
-        rate = probe.matmul_flops_per_s(dtype, budget_s=budget * _SHARES[dtype], sizes=sizes)
-        say(f"  {dtype} matmul: {rate / 1e9:.1f} GFLOP/s")
-        units[dtype] = {
-            "peak_flops_per_s": rate,
-            "macs_per_clock_per_sm": rate / (2 * threads * clock_mhz * 1e6),
-            "tensor_cores": False,
-        }
-    llc = _last_level_cache_bytes()
-    share = budget * _SHARES["stream"] / 2
-    big = min(max(64 * 2**20, 2 * llc), _memory_bytes() // 16)  # well past the cache
-    bandwidth = probe.stream_bandwidth_bytes_per_s(big, budget_s=share)
-    # three buffers filling a quarter of the cache: in it, whatever the eviction policy
-    cached = probe.stream_bandwidth_bytes_per_s(llc // 12, budget_s=share)
-    speedup = max(1.0, cached / bandwidth)
-    say(f"  streaming add: {bandwidth / 1e9:.1f} GB/s, {cached / 1e9:.1f} GB/s in cache")
-    touch = probe.first_touch_bytes_per_s(budget_s=budget * _SHARES["touch"])
-    say(f"  fresh pages of a large new tensor: {touch / 1e9:.1f} GB/s")
-    drawn = probe.random_elements_per_s(budget_s=budget * _SHARES["random"])
-    say(f"  dropout's random numbers: {1e9 / drawn:.1f} ns each")
-    latency = probe.call_latency_s(budget_s=budget * _SHARES["latency"])
-    per_op = probe.eager_step_s_per_op(budget_s=budget * _SHARES["eager"])
-    # a recorded op pays its kernel's latency in the model already; the rest is the host's
-    eager = max(0.0, per_op - latency)
-    say(f"  one call: {latency * 1e6:.1f} us; eager training step: {eager * 1e6:.1f} us per op")
-    attention = _attention_efficiencies(units["fp32"]["peak_flops_per_s"], budget)
-    say(f"  causal attention (CPU flash kernel): {attention[0]:.0%} of the matmul rate "
-        f"forward, {attention[1]:.0%} backward")  # fmt: skip
-    points = probe.conv_flops_per_s(budget_s=budget * _SHARES["conv"])
-    knee = conv_reduction_knee(points, units["fp32"]["peak_flops_per_s"])
-    say(f"  convolutions: {', '.join(f'{r / 1e9:.1f}' for _, r in points)} GFLOP/s")
+    units = _probe_matmuls(threads, clock_mhz, budget, say)
+    llc, bandwidth, speedup = _probe_streaming(budget, say)
+    touch, drawn, latency, eager = _probe_host(budget, say)
+    attention, knee = _probe_kernels(units["fp32"]["peak_flops_per_s"], budget, say)
     return {
         "id": "cpu",
         "name": f"{_cpu_name()} ({threads} threads, probed)",
@@ -229,6 +197,68 @@ def probe_cpu(budget_s: float | None = None, progress=None) -> dict:
         },
         "probe": {"taken_at": time.time(), "load_per_core": load, "quick_flops_per_s": quick},
     }
+
+
+def _probe_matmuls(threads: int, clock_mhz: float, budget: float, say) -> dict:
+    """The spec's math units: each dtype's matmul rate, as MACs per clock per
+    thread at the nominal clock."""
+    units = {}
+    for dtype in ("fp32", "fp64", "bf16"):
+        sizes = probe.MATMUL_SIZES
+        if dtype == "bf16" and not probe.native_bf16():
+            sizes = (probe.EMULATED_BF16_SIZE,)
+        rate = probe.matmul_flops_per_s(dtype, budget_s=budget * _SHARES[dtype], sizes=sizes)
+        say(f"  {dtype} matmul: {rate / 1e9:.1f} GFLOP/s")
+        units[dtype] = {
+            "peak_flops_per_s": rate,
+            "macs_per_clock_per_sm": rate / (2 * threads * clock_mhz * 1e6),
+            "tensor_cores": False,
+        }
+    return units
+
+
+def _probe_streaming(budget: float, say) -> tuple[int, float, float]:
+    """(last-level cache bytes, DRAM bandwidth, how much faster a stream runs
+    in that cache)."""
+    llc = _last_level_cache_bytes()
+    share = budget * _SHARES["stream"] / 2
+    big = min(max(64 * 2**20, 2 * llc), _memory_bytes() // 16)  # well past the cache
+    bandwidth = probe.stream_bandwidth_bytes_per_s(big, budget_s=share)
+    # three buffers filling a quarter of the cache: in it, whatever the eviction policy
+    cached = probe.stream_bandwidth_bytes_per_s(llc // 12, budget_s=share)
+    speedup = max(1.0, cached / bandwidth)
+    say(f"  streaming add: {bandwidth / 1e9:.1f} GB/s, {cached / 1e9:.1f} GB/s in cache")
+    return llc, bandwidth, speedup
+
+
+def _probe_host(budget: float, say) -> tuple[float, float, float, float]:
+    """What the host costs beside the math: (fresh pages' bytes/s, random
+    numbers a second, one call's latency, an eager training step's seconds
+    per op beyond that latency)."""
+    touch = probe.first_touch_bytes_per_s(budget_s=budget * _SHARES["touch"])
+    say(f"  fresh pages of a large new tensor: {touch / 1e9:.1f} GB/s")
+    drawn = probe.random_elements_per_s(budget_s=budget * _SHARES["random"])
+    say(f"  dropout's random numbers: {1e9 / drawn:.1f} ns each")
+    latency = probe.call_latency_s(budget_s=budget * _SHARES["latency"])
+    per_op = probe.eager_step_s_per_op(budget_s=budget * _SHARES["eager"])
+    # a recorded op pays its kernel's latency in the model already; the rest is the host's
+    eager = max(0.0, per_op - latency)
+    say(f"  one call: {latency * 1e6:.1f} us; eager training step: {eager * 1e6:.1f} us per op")
+    return touch, drawn, latency, eager
+
+
+def _probe_kernels(
+    peak_flops_per_s: float, budget: float, say
+) -> tuple[tuple[float, float], float]:
+    """How the attention and convolution kernels fall short of the fp32
+    matmul rate: ((forward, backward) attention efficiency, the conv knee)."""
+    attention = _attention_efficiencies(peak_flops_per_s, budget)
+    say(f"  causal attention (CPU flash kernel): {attention[0]:.0%} of the matmul rate "
+        f"forward, {attention[1]:.0%} backward")  # fmt: skip
+    points = probe.conv_flops_per_s(budget_s=budget * _SHARES["conv"])
+    knee = conv_reduction_knee(points, peak_flops_per_s)
+    say(f"  convolutions: {', '.join(f'{r / 1e9:.1f}' for _, r in points)} GFLOP/s")
+    return attention, knee
 
 
 def _attention_efficiencies(peak_flops_per_s: float, budget: float) -> tuple[float, float]:
