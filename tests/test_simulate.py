@@ -277,3 +277,31 @@ def test_max_model_len_bounds_a_request_and_the_traced_sequence():
     sim = Simulator(LLAMA, dataset="random:in=20,out=8", num_prompts=4, gpu="a100",
                     max_model_len=64)  # fmt: skip
     assert sim.d.context_tokens == 64 and sim.d.max_model_len == 64
+
+
+def test_a_chunk_after_cached_tokens_is_priced_at_its_own_shape():
+    """A prefill chunk of q new tokens after k cached runs one attention kernel
+    over q queries and k + q keys: never a tiny prefill's per-pair cost scaled up."""
+    from dlperf.serving.step_costs import chunk_shape
+
+    costs = Simulator(LLAMA, dataset="random:in=500,out=8", num_prompts=2, gpu="h100",
+                      precision="fp16").costs  # fmt: skip
+    whole = costs._prefill_at(512)[1]  # the traced 512-token prompt's attention
+    assert costs.chunk_attention_s(512, 0) == pytest.approx(whole, rel=1e-12)
+    (shape, layers), = costs._calls  # 2 layers, one call each
+    assert layers == 2
+    chunk = chunk_shape(shape, 1, 127, "fp16")
+    # 4 heads of 32 (q, k) + 32 (v): 2 x 4 x 1 query x 128 keys x 64 = 65,536 FLOPs of
+    # unmasked scores; causal from the last key keeps 1 - 1 / (2 x 128) of them: 65,280
+    assert (chunk.q_len, chunk.kv_len, chunk.causal) == (1, 128, True)
+    assert chunk.flops == pytest.approx(65_280)
+    # moved, fp16: q and the output, 4 heads x 64 elements x 2 bytes, and a 4-byte
+    # log-sum-exp a head for the one query (528); k and v, 2 kv heads x 64 x 2 bytes,
+    # for each of 128 keys (32,768): 33,296
+    assert chunk.bytes == pytest.approx(33_296)
+    # one token after 511 cached reads 512 keys once: less than the whole prompt's
+    # attention (the old per-pair price made it 186x the whole prompt on an H100), and
+    # more than one token alone
+    one_after = costs.chunk_attention_s(1, 511)
+    assert costs.chunk_attention_s(1, 0) < one_after < whole
+    assert costs.chunk_attention_s(8, 504) < whole

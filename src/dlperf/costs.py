@@ -81,7 +81,16 @@ class AttentionShape:
         blocks under a causal mask (the FlashAttention-2 paper's count)."""
         flops = 2.0 * self.batch * self.heads * self.q_len * self.kv_len
         flops *= self.head_dim + self.value_dim
-        return flops / 2 if self.causal else flops
+        return flops * self.causal_share if self.causal else flops
+
+    @property
+    def causal_share(self) -> float:
+        """The share of the q x kv scores a causal mask keeps, aligned to the
+        last key (new tokens after a cache, as FlashAttention and the serving
+        engines align it): the last q rows of a triangle, q kv - q^2 / 2 scores,
+        half when q = kv (the paper's convention, the diagonal's half counted)."""
+        q, kv = self.q_len, self.kv_len
+        return 1 - q / (2 * kv) if q <= kv else kv / (2 * q)
 
     @property
     def flops(self) -> float:

@@ -15,9 +15,13 @@ depends on different sizes:
   decodes' tokens, as one larger GEMM: they add rest(d + p) - rest(d), where
   rest(n) is a traced n-token prefill without its attention (linear between
   the grid's token counts);
-- each chunk's attention: causal attention of q queries over k + q keys does
-  q (k + (q + 1) / 2) query-key pairs; it is priced at the traced prefill
-  attention's time per pair at the nearest grid size.
+- each chunk's attention: the traced prefill's attention calls (one a layer,
+  on one GPU) priced again as the engine's kernel runs the chunk: q queries
+  over the k + q keys of the cache, causal from the last key
+  (`chunk_shape`), through the same kernel model (`kernels.pricing.time`:
+  its launch, its waves of query blocks, its FLOPs and its reads of K and V).
+  A chunk's cost is not a tiny prefill's per-pair cost scaled up: one token
+  after 511 cached is a decode-like pass over 512 keys.
 
 Each traced step is priced as `serve` prices it (fused kernels, tensor and
 pipeline parallelism, precision, CUDA graphs, the host's launches).
@@ -26,7 +30,12 @@ pipeline parallelism, precision, CUDA graphs, the host's launches).
 from __future__ import annotations
 
 import bisect
+import dataclasses
+from collections import Counter
 
+from ..costs import AttentionShape, Cost
+from ..dtypes import bytes_per_element
+from ..kernels.pricing import GemmTimer, time
 from .steps import Step
 from .timeline import Timeline
 
@@ -43,6 +52,34 @@ def _attention_s(step: Step) -> float:
     return float(sum(r.time_s for r in step.rows if r.family == "attention"))
 
 
+def _attention_calls(step: Step) -> list[tuple[AttentionShape, int]]:
+    """The step's fused attention calls: each distinct shape and how often it runs."""
+    found = Counter(
+        shape for r in step.rows if r.family == "attention"
+        for shape in getattr(r, "attention_shapes", ())
+    )  # fmt: skip
+    return list(found.items())
+
+
+# FlashAttention's forward writes each query's log-sum-exp per head, in fp32.
+LSE_BYTES = 4
+
+
+def chunk_shape(shape: AttentionShape, queries: int, cached: int, kv_dtype: str) -> AttentionShape:
+    """`shape` (a traced prefill's attention) as a chunk of `queries` new tokens
+    after `cached` ones runs it: q = queries over kv = cached + queries keys,
+    causal from the last key, no mask tensor. It moves each query's q, output
+    and log-sum-exp, and each key's k and v at the cache's dtype."""
+    keys = cached + queries
+    width = shape.head_dim + shape.value_dim
+    per_query = shape.heads * (width * bytes_per_element(shape.dtype) + LSE_BYTES)
+    per_key = shape.kv_heads * width * bytes_per_element(kv_dtype)
+    moved = shape.batch * (queries * per_query + keys * per_key)
+    return dataclasses.replace(
+        shape, q_len=queries, kv_len=keys, causal=True, mask="", bytes=float(moved)
+    )
+
+
 class StepCosts:
     """Step times of one deployment (module docstring), traced on first use."""
 
@@ -57,6 +94,8 @@ class StepCosts:
         self.short, self.long = 1, max(2, max_cached)
         self._decode: dict[tuple[int, int], float] = {}
         self._prefill: dict[int, tuple[float, float]] = {}
+        self._calls: list[tuple[AttentionShape, int]] | None = None
+        self._timer = GemmTimer(timeline.tracer.engine.spec)
         self.traced = 0  # steps traced so far
 
     # -- the tabulated points -------------------------------------------------
@@ -70,12 +109,13 @@ class StepCosts:
         return self._decode[key]
 
     def _prefill_at(self, tokens: int) -> tuple[float, float]:
-        """(the step without attention, attention's time per query-key pair)."""
+        """(the step without attention, its attention's time)."""
         if tokens not in self._prefill:
             step, timing = self.timeline.prefill_tokens(tokens)
             attention = _attention_s(step)
-            pairs = tokens * (tokens + 1) / 2
-            self._prefill[tokens] = (timing["time_s"] - attention, attention / pairs)
+            self._prefill[tokens] = (timing["time_s"] - attention, attention)
+            if self._calls is None:
+                self._calls = _attention_calls(step)
             self.traced += 1
         return self._prefill[tokens]
 
@@ -108,10 +148,16 @@ class StepCosts:
         return self._between(self.tokens, tokens, lambda n: self._prefill_at(n)[0])
 
     def chunk_attention_s(self, queries: int, cached: int) -> float:
-        """Causal attention of a prefill chunk of `queries` tokens after `cached`."""
-        nearest = self.tokens[min(bisect.bisect_left(self.tokens, queries), len(self.tokens) - 1)]
-        pairs = queries * (cached + (queries + 1) / 2)
-        return self._prefill_at(nearest)[1] * pairs
+        """Causal attention of a prefill chunk of `queries` tokens after `cached`:
+        the traced prefill's attention calls priced at the chunk's shape."""
+        if self._calls is None:
+            self._prefill_at(self.tokens[0])
+        spec, total = self.timeline.tracer.engine.spec, 0.0
+        for shape, count in self._calls:
+            chunk = chunk_shape(shape, queries, cached, self.timeline.tracer.engine.kv_dtype)
+            cost = Cost(flops=chunk.flops, bytes_read=chunk.bytes, attention=(chunk,))
+            total += count * time(cost, spec, chunk.dtype, self._timer).seconds
+        return total
 
     def step_s(self, decodes: int, decode_cached: float, chunks: list[tuple[int, int]]) -> float:
         """A step of `decodes` decoding sequences (`decode_cached` tokens each on

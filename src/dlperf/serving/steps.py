@@ -163,6 +163,7 @@ def _row(event, found, spec: HardwareSpec, timer: GemmTimer, unsupported) -> OpR
     row.phase = Phase.FORWARD
     row.host_ops = 0  # an engine's C++ runtime: a launch per kernel, no framework op
     row.weight_gemms = cost.gemms  # the GEMMs as costed (a GEMV's too)
+    row.attention_shapes = cost.attention  # a fused attention call, as the engine runs it
     return row
 
 
