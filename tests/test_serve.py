@@ -363,3 +363,23 @@ def test_speculative_decoding_what_if():
     for bad, message in (("{", "not JSON"), ('{"method": "eagle"}', "method must be")):
         with pytest.raises(DlperfError, match=message):
             serve(LLAMA, gpu="a100", input_len=16, output_len=4, speculative=bad)
+
+
+def test_the_engine_runs_the_projections_of_one_input_as_one_gemm():
+    """vLLM's QKVParallelLinear and MergedColumnParallelLinear: q, k and v (and an
+    MLP's gate and up) read one input and run as one GEMM; SiLU x up is one kernel."""
+    from dlperf.run_config import RunConfig
+    from dlperf.serving.deployment import deploy
+
+    tiny = "hf:llama:layers=2,hidden=128,heads=4,kv_heads=2,mlp=256,vocab=1000"
+    d = deploy(tiny, RunConfig.build(gpu="a100", precision="fp16"))
+    step = d.tracer.step("decode", 8, 1, 16)
+    layer = [r for r, b in zip(step.rows, step.block_of, strict=True) if b == 0]
+    gemms = [g for r in layer for g in r.gemms]
+    # hidden 128 in: q 4 heads x 32 = 128 columns, k and v 2 x 32 = 64 each: one GEMM of
+    # 256; gate and up 256 each: one of 512; o (128) and down (128) as they were
+    assert sorted((g.n, g.k) for g in gemms) == [(128, 128), (128, 256), (256, 128), (512, 128)]
+    assert sum(r.kernels for r in layer if r.gemms) == 4
+    fused = [r for r in layer if "SiluAndMul" in r.op]
+    # its reads: gate and up, 8 x 256 fp16 each (8,192 bytes); its write 8 x 256 x 2 (4,096)
+    assert len(fused) == 1 and fused[0].bytes == 8 * 256 * 2 * 3

@@ -8,7 +8,9 @@ as an inference engine runs it, and laid out layer by layer.
   the engine's fused kernel (`eager_attention`, unless --attention eager or
   math asks for the model's own code), element-wise chains fused
   (`compiling.fuse`; FasterTransformer, TensorRT-LLM and vLLM run hand-fused
-  or compiled kernels: bias+activation, residual+norm), one GPU's share under
+  or compiled kernels: bias+activation, residual+norm), the projections that
+  read one input as one GEMM and SiLU x up as one kernel
+  (`merged_projections`, as vLLM loads and runs them), one GPU's share under
   tensor parallelism (`sharding.shard`), then the precision (`quant.quantize`).
   The collectives tensor parallelism needs are rows of their own, after the
   op that waits for them (`collectives`); the sampler runs after the model.
@@ -40,6 +42,7 @@ from ..tracing import repeated_blocks, within
 from .cache import step_inputs
 from .collectives import collective_time_s
 from .eager_attention import fuse_eager_attention
+from .merged_projections import merge_projections
 from .quant import Scheme, quantize
 from .sharding import shard
 
@@ -143,6 +146,7 @@ def price_trace(recorded, engine: Engine, tp: int | None = None):
         priced.append((event, found))
     if engine.fused:
         priced, _ = fuse(priced, recorded)
+        priced = merge_projections(priced)
     priced, collectives, sharded = shard(priced, engine.tp if tp is None else tp)
     priced = quantize(priced, engine.scheme, engine.kv_dtype, recorded.blocks)
     timer = GemmTimer(engine.spec)
