@@ -118,3 +118,12 @@ def test_a_flag_given_wins_over_the_config_whatever_its_value():
     apply_config(typed)
     assert typed.precision == "auto"
     assert "precision" in typed.given and "checkpoint" not in typed.given
+
+
+def test_a_resolved_run_keeps_its_options_through_plan():
+    """A `Run` handed to plan brings its own config: fp32 stays fp32 (a plan priced
+    with the defaults' amp-bf16 instead was a bug the e2e bench caught)."""
+    model, x = nn.Sequential(nn.Linear(64, 64), nn.ReLU()), torch.empty(8, 64, device="meta")
+    run = resolve(model, x, gpu="v100", precision="fp32")
+    report = dlperf.plan(run, gpus=2, global_batch=16, micro_batch=8)
+    assert report.precision == "fp32"

@@ -114,7 +114,7 @@ def plan(model, inputs=None, config: RunConfig | None = None, *,
     the default, or bf16) is the dtype sharded data parallelism
     reduce-scatters gradients in. The micro-batch is traced, not searched:
     given, or the inputs' batch (1 for a named model's default inputs)."""
-    config = run_config(inputs, config, **options)
+    config = run_config(inputs, config, model=model, **options)
     par = config.parallel
     micro = par.micro_batch or config.model.batch
     if config.model.inputs is None:  # the default inputs, at the micro-batch
@@ -137,7 +137,7 @@ def compare(model, trace, inputs=None, config: RunConfig | None = None, **option
     defaults to the device the trace names (the probed CPU for a trace of a
     CPU run). Returns a `Comparison`, or for a folder a `RankComparison`.
     """
-    config = run_config(inputs, config, **options)
+    config = run_config(inputs, config, model=model, **options)
     paths = rank_traces(trace)
     comparisons, session = [], Session()
     for path in paths:
@@ -158,7 +158,7 @@ def calibrate_trace(trace, model, out, inputs=None, config: RunConfig | None = N
     (default: the one the trace names; the probed CPU for a trace with no
     kernels). Returns the loaded spec: `--gpu OUT` on every verb prices with it.
     """
-    config = run_config(inputs, config, **options)
+    config = run_config(inputs, config, model=model, **options)
     data = read_profile(one_trace(trace, "calibrate --trace"))
     base = trace_device(data, config.device.gpu)
     if base.calibration is not None:  # fit against the model, not an earlier fit

@@ -99,11 +99,15 @@ class Run:
         )
 
 
-def run_config(inputs=None, config: RunConfig | None = None, **options) -> RunConfig:
+def run_config(inputs=None, config: RunConfig | None = None, *, model=None,
+               **options) -> RunConfig:  # fmt: skip
     """The config of an API call: `config` (or the second positional argument,
-    `analyze(model, config)`) with the keywords and inputs given laid over it."""
+    `analyze(model, config)`; or, for a resolved `Run` given as the model, the
+    run's own) with the keywords and inputs given laid over it."""
     if isinstance(inputs, RunConfig):
         inputs, config = None, inputs
+    if config is None and isinstance(model, Run):
+        config = model.config
     if inputs is not None:
         options["inputs"] = inputs
     return RunConfig.build(config, **options)
