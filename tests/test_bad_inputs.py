@@ -174,6 +174,9 @@ CASES = {
     "serve-dataset-missing": ["serve", GPT, "--dataset", "{tmp}/missing.jsonl"],
     "serve-slo-unit": ["serve", GPT, "--request-rate", "1", "--slo", "ttft=5min"],
     "serve-max-rate-no-slo": ["serve", GPT, "--find-max-rate"],
+    "serve-stages-malformed": ["serve", GPT, "--stages", "8x"],
+    "serve-stages-with-rate": ["serve", GPT, "--stages", "8x1", "--request-rate", "3"],
+    "serve-shared-prefix-partial": ["serve", GPT, "--dataset", "shared-prefix:system=10"],
     "serve-seed-negative": ["serve", GPT, "--request-rate", "1", "--seed", "-1"],
     "serve-max-model-len-past-positions": ["serve", GPT, "--max-model-len", "128"],
     "serve-request-past-max-model-len": [

@@ -128,6 +128,7 @@ class ServingConfig:
     dataset: str | None = None
     num_prompts: int | None = None
     request_rate: float | None = None
+    stages: str | None = None  # constant loads, "RATExSECONDS,...": "8x600,20x600"
     slo: object = None
     find_max_rate: bool = False
     seed: int = 0
@@ -137,6 +138,7 @@ class ServingConfig:
         """Whether a serving benchmark is simulated rather than one static batch."""
         return bool(
             self.request_rate or self.num_prompts or self.dataset or self.slo or self.find_max_rate
+            or self.stages
         )
 
 

@@ -183,7 +183,7 @@ def _prompt_sizes(args: Namespace) -> tuple[int, int]:
     return int(shape[0]), int(shape[1])
 
 
-SIMULATION_FLAGS = ("request_rate", "num_prompts", "dataset", "slo", "find_max_rate")
+SIMULATION_FLAGS = ("request_rate", "num_prompts", "dataset", "slo", "find_max_rate", "stages")
 # Flags of a static batch, and flags of a simulation, that the other mode has no use for.
 STATIC_ONLY = {"batch": "--batch", "input_len": "--input-len", "input": "--input",
                "output_len": "--output-len", "concurrency": "--concurrency",

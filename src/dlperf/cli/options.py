@@ -508,6 +508,14 @@ SIMULATION = (
         "process (inf: all at once, the default of a simulation)",
     ),
     option(
+        "--stages",
+        api="stages",
+        metavar="RATExSECONDS,...",
+        help="a staged load, as inference-perf's constant load type: each stage sends "
+        "int(rate x seconds) requests (8x600,20x600: 8/s for 10 minutes, then 20/s); the "
+        "JSON gives each stage's latencies in stages[]",
+    ),
+    option(
         "--num-prompts",
         api="num_prompts",
         type=positive_int,
@@ -519,7 +527,9 @@ SIMULATION = (
         api="dataset",
         metavar="SPEC",
         help="request lengths: random:in=I,out=O[,range=F] (default random:in=1024,out=128), "
-        "FILE.jsonl ({input_len, output_len[, arrival_s]} per line) or FILE.json (a histogram)",
+        "shared-prefix:system=S,question=Q,output=O,groups=G,users=U[,extra=E] (G system "
+        "prompts each shared by U users, held in the prefix cache), FILE.jsonl ({input_len, "
+        "output_len[, arrival_s]} per line) or FILE.json (a histogram)",
     ),
     option(
         "--max-num-seqs",

@@ -25,7 +25,9 @@ of the engine's state (`EngineState`: its `running` and `waiting` requests,
 
 A request holds ceil(tokens in cache / block_size) blocks. With prefix
 caching, a share of each prompt (whole blocks) is found in the cache at
-admission and not computed again. A step ends `StepCosts.step_s` later;
+admission and not computed again: a set share of every prompt
+(`prefix_cache_hit_rate`), or a shared-prefix dataset's system prompt once
+a request of its group has computed it. A step ends `StepCosts.step_s` later;
 every request whose scheduled tokens reach its last known token emits one
 token then (the first at the end of its prefill). Requests that arrive
 during a step join at the next.
@@ -151,6 +153,8 @@ class EngineState:
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.free = limits.kv_blocks
+        self.group, self.prefix = work.group, work.prefix_len
+        self.prefixes_cached: set[int] = set()  # groups whose shared prompt is computed
         self.now, self.done = 0.0, 0
         self.timings = Timings(np.full(n, np.nan), np.full(n, np.nan), np.empty(0))
 
@@ -216,9 +220,8 @@ class EngineState:
         limits, out = self.limits, []
         while self.waiting and budget > 0 and len(self.running) < limits.max_num_seqs:
             r = self.waiting[0]
-            if not self.admitted_once[r] and limits.prefix_cache_hit_rate:
-                hit = int(self.prompt[r] * limits.prefix_cache_hit_rate) // limits.block_size
-                self.computed[r] = min(hit * limits.block_size, int(self.prompt[r]) - 1)
+            if not self.admitted_once[r]:
+                self.computed[r] = self._cached_at_admission(r)
             remaining = int(self.prompt[r] + self.generated[r] - self.computed[r])
             if whole and remaining > budget:
                 break
@@ -233,6 +236,15 @@ class EngineState:
             out.append((r, new))
             budget -= new
         return out
+
+    def _cached_at_admission(self, r: int) -> int:
+        """Prompt tokens of `r` the prefix cache holds when it is first admitted:
+        whole blocks, one token at least left to compute (module docstring)."""
+        limits = self.limits
+        hit = int(self.prompt[r] * limits.prefix_cache_hit_rate)
+        if self.prefix is not None and int(self.group[r]) in self.prefixes_cached:
+            hit = max(hit, int(self.prefix[r]))
+        return min(hit // limits.block_size * limits.block_size, int(self.prompt[r]) - 1)
 
     # -- a step ----------------------------------------------------------------
 
@@ -251,6 +263,8 @@ class EngineState:
             self.computed[r] += new
             if self.computed[r] == self.prompt[r] + self.generated[r]:
                 emitted.append(r)
+            if self.prefix is not None and self.computed[r] >= self.prefix[r]:
+                self.prefixes_cached.add(int(self.group[r]))
         if emitted:
             self._emit(np.array(emitted, np.int64))
 

@@ -25,12 +25,15 @@ from .deployment import deploy
 from .memory import default_max_num_seqs
 from .scheduler import EngineLimits, Timings, run_engine, scheduling_policy
 from .step_costs import StepCosts
-from .workload import Workload, requests
+from .workload import Workload, parse_stages, requests, stage_counts
 
 PERCENTILES = (50, 90, 99)
 # benchmark_serving's random dataset and prompt count
 DEFAULT_DATASET = "random:in=1024,out=128"
 DEFAULT_PROMPTS = 1000
+# Requests of the burst that measures the sustainable rate: several times the
+# engine's sequences, so that the ramp and the drain weigh little.
+SUSTAINABLE_PROMPTS = 1000
 # Rates tried by `find_max_rate`: doubling from the first, then this many halvings.
 BISECTIONS = 8
 
@@ -64,7 +67,7 @@ def parse_slo(text: str) -> Slo:
         if not eq or key not in ("ttft", "tpot", "e2e") or not match or key in found:
             raise DlperfError(
                 f"--slo {text!r}: expected ttft=500ms,tpot=50ms (keys ttft, tpot, e2e; "
-                "units ms, s or us), not {part!r}"
+                f"units ms, s or us), not {part!r}"
             )
         seconds = float(match[1]) * _UNITS[match[2] or "ms"]
         if not seconds > 0:
@@ -111,6 +114,11 @@ class SimulationReport:
     preemptions: int = 0
     mean_batch: float = 0.0
     max_rate: dict | None = None  # find_max_rate's answer
+    # requests/s the engine completes with the queue never empty (a burst of the
+    # same requests): above it the queue grows without bound
+    sustainable_rate: float | None = None
+    saturated: bool | None = None  # the offered rate (a stage's, at most) exceeds it
+    stages: list[dict] = field(default_factory=list)  # per stage of a staged load
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -120,12 +128,19 @@ class SimulationReport:
         return fields_dict(self, last=("slo",)) | {"request_rate": rate}
 
 
+def _latencies(work: Workload, timings: Timings, chosen=slice(None)) -> tuple:
+    """(ttft, tpot, e2e) of the `chosen` requests; tpot over those of more than one token."""
+    ttft = (timings.first_token_s - work.arrival_s)[chosen]
+    e2e = (timings.finish_s - work.arrival_s)[chosen]
+    out = work.output_len[chosen]
+    many = out > 1
+    return ttft, (e2e[many] - ttft[many]) / (out[many] - 1), e2e
+
+
 def _fill(report: SimulationReport, work: Workload, timings: Timings, slo: Slo | None) -> None:
-    ttft = timings.first_token_s - work.arrival_s
-    e2e = timings.finish_s - work.arrival_s
+    ttft, tpot, e2e = _latencies(work, timings)
     out = work.output_len
     many = out > 1
-    tpot = (e2e[many] - ttft[many]) / (out[many] - 1)
     duration = float(np.max(timings.finish_s) - work.arrival_s[0])
     report.completed = len(work)
     report.duration_s = duration
@@ -145,6 +160,36 @@ def _fill(report: SimulationReport, work: Workload, timings: Timings, slo: Slo |
         report.goodput = float(met.sum()) / duration
 
 
+def _stage_reports(work: Workload, timings: Timings, stages: list) -> list[dict]:
+    """Each stage's requests (those it sent): their latencies, as the whole run's."""
+    out = []
+    for i, (rate, seconds) in enumerate(stages):
+        chosen = work.stage == i
+        ttft, tpot, e2e = _latencies(work, timings, chosen)
+        out.append({
+            "stage": i, "request_rate": rate, "duration_s": seconds,
+            "num_prompts": int(chosen.sum()),
+            "output_len_mean": float(work.output_len[chosen].mean()),
+            "ttft": _stats(ttft), "tpot": _stats(tpot), "e2e": _stats(e2e),
+        })  # fmt: skip
+    return out
+
+
+def _prompts(serving, stages) -> int:
+    """Requests simulated: the stages' (int(rate x seconds) each), else --num-prompts."""
+    if stages is None:
+        return serving.num_prompts or DEFAULT_PROMPTS
+    if serving.request_rate is not None:
+        raise DlperfError("give --stages or --request-rate, not both: each stage has its rate")
+    sent = sum(stage_counts(stages))
+    if serving.num_prompts is not None and serving.num_prompts != sent:
+        raise DlperfError(
+            f"--stages {serving.stages} sends {sent} requests (int(rate x seconds) a stage): "
+            "drop --num-prompts"
+        )
+    return sent
+
+
 class Simulator:
     """One deployment and its engine settings, simulated at any request rate."""
 
@@ -154,7 +199,8 @@ class Simulator:
         serving = config.serving
         scheduling_policy(serving.scheduler)  # an unknown policy is refused before tracing
         self.dataset = serving.dataset or DEFAULT_DATASET
-        self.num_prompts = serving.num_prompts or DEFAULT_PROMPTS
+        self.stages = parse_stages(serving.stages) if serving.stages else None
+        self.num_prompts = _prompts(serving, self.stages)
         # a bad dataset fails before tracing
         self.requests = requests(self.dataset, self.num_prompts, serving.seed)
         self.d = deploy(model, config, session)
@@ -189,6 +235,23 @@ class Simulator:
         report = self._report(request_rate)
         _fill(report, work, timings, slo)
         return report
+
+    def run_stages(self, slo: Slo | None = None) -> SimulationReport:
+        """The staged load (`--stages`): the whole run's figures, and each stage's."""
+        work = self.requests.staged(self.stages)
+        timings = run_engine(work, self.limits, self.costs)
+        seconds = sum(duration for _, duration in self.stages)
+        report = self._report(len(work) / seconds)
+        _fill(report, work, timings, slo)
+        report.stages = _stage_reports(work, timings, self.stages)
+        return report
+
+    def sustainable_rate(self, most: int = SUSTAINABLE_PROMPTS) -> float:
+        """Requests per second the engine completes with its queue never empty:
+        the first `most` requests sent at once, completed over the time they take."""
+        burst = self.requests.subset(most).arriving(math.inf)
+        timings = run_engine(burst, self.limits, self.costs)
+        return len(burst) / float(np.max(timings.finish_s))
 
     def _report(self, request_rate: float) -> SimulationReport:
         d = self.d
@@ -244,6 +307,16 @@ class Simulator:
         return low, best
 
 
+def _saturation(report: SimulationReport, sustainable: float, offered: float) -> None:
+    report.sustainable_rate, report.saturated = sustainable, offered > sustainable
+    if report.saturated:
+        report.notes.append(
+            f"{offered:g} requests/s exceeds what the engine sustains, {sustainable:.3g}/s "
+            f"(by {offered / sustainable - 1:.0%}): the queue grows while the load lasts, "
+            "and so do the latencies"
+        )
+
+
 def _slo_text(slo: Slo) -> str:
     parts = [f"{k} {v * 1e3:g} ms" for k, v in (("ttft", slo.ttft_s), ("tpot", slo.tpot_s),
                                                 ("e2e", slo.e2e_s)) if v is not None]  # fmt: skip
@@ -269,8 +342,16 @@ def simulate(model, config: RunConfig | None = None, **options) -> SimulationRep
         raise DlperfError("--find-max-rate needs an --slo, like --slo ttft=500ms,tpot=50ms")
     simulator = Simulator(model, config)
     if not find_max_rate:
-        rate = config.serving.request_rate
-        return simulator.run(math.inf if rate is None else rate, slo)
+        if simulator.stages:
+            report = simulator.run_stages(slo)
+            offered = max(rate for rate, _ in simulator.stages)
+        else:
+            offered = config.serving.request_rate
+            offered = math.inf if offered is None else offered
+            report = simulator.run(offered, slo)
+        if math.isfinite(offered):
+            _saturation(report, simulator.sustainable_rate(), offered)
+        return report
     rate, report = simulator.find_max_rate(slo)
     report.max_rate = {
         "request_rate": None if math.isinf(rate) else rate,

@@ -13,12 +13,21 @@ Datasets (`--dataset`):
 - `FILE.json`: a length histogram, `{"source": "...", "input_len": {"bins":
   [edges...], "counts": [...]}, "output_len": {...}}`, lengths drawn per
   bin and uniformly inside it (input and output drawn independently);
+- `shared-prefix:system=S,question=Q,output=O,groups=G,users=U[,extra=E]`:
+  inference-perf's shared-prefix data: G system prompts of S tokens, each
+  shared by U users; a request is a user's system prompt, a question of Q
+  tokens and E more (a chat template's), and generates O tokens. The system
+  prompt is the request's shared prefix: once one request of its group has
+  computed it, the engine's prefix cache holds its whole blocks;
 - `sharegpt`: ShareGPT's lengths need the dataset and a tokenizer, which
   dlperf does not ship; the error says how to give them as a JSONL file.
 
 Arrivals: a Poisson process at `request_rate` requests per second
 (exponential gaps, `benchmark_serving`'s default), all at once when the rate
-is infinite, or the timestamps a JSONL file gives. Reading a file never runs
+is infinite, or the timestamps a JSONL file gives; or stages of a constant
+load (`--stages RATExSECONDS,...`, inference-perf's `constant` load type):
+each stage sends int(rate x seconds) requests, exponential gaps rescaled so
+that they fill the stage. Reading a file never runs
 code: JSON only.
 """
 
@@ -36,15 +45,45 @@ from ..errors import DlperfError
 
 @dataclass(frozen=True)
 class Workload:
-    """Requests in arrival order: arrival times (s), prompt and output tokens."""
+    """Requests in arrival order: arrival times (s), prompt and output tokens;
+    for a shared-prefix dataset each one's group and the prompt tokens its
+    group shares; for a staged load each one's stage."""
 
     arrival_s: np.ndarray
     input_len: np.ndarray
     output_len: np.ndarray
     dataset: str
+    group: np.ndarray | None = None
+    prefix_len: np.ndarray | None = None
+    stage: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+
+def parse_stages(text: str) -> list[tuple[float, float]]:
+    """`--stages 8x600,20x600`: (requests per second, seconds) per stage."""
+    stages = []
+    for part in text.split(","):
+        rate, x, seconds = part.strip().partition("x")
+        try:
+            found = (float(rate), float(seconds))
+        except ValueError:
+            found = None
+        if not x or found is None or not all(0 < v < math.inf for v in found):
+            raise DlperfError(
+                f"--stages {text!r}: expected RATExSECONDS,... like 8x600,20x600 (positive "
+                f"numbers), not {part.strip()!r}"
+            )
+        if int(found[0] * found[1]) < 1:
+            raise DlperfError(f"--stages {text!r}: {part.strip()} sends no request")
+        stages.append(found)
+    return stages
+
+
+def stage_counts(stages: list[tuple[float, float]]) -> list[int]:
+    """Requests each stage sends: int(rate x seconds), as inference-perf."""
+    return [int(rate * seconds) for rate, seconds in stages]
 
 
 @dataclass(frozen=True)
@@ -58,6 +97,8 @@ class Requests:
     output_len: np.ndarray
     given_arrival_s: np.ndarray | None
     rng_state: dict
+    group: np.ndarray | None = None
+    prefix_len: np.ndarray | None = None
 
     def arriving(self, request_rate: float = math.inf) -> Workload:
         """The requests arriving at `request_rate` per second, in arrival order."""
@@ -73,9 +114,43 @@ class Requests:
             rng.bit_generator.state = self.rng_state
             arrivals = np.cumsum(rng.exponential(1.0 / request_rate, n))
             arrivals -= arrivals[0]  # the first request starts the run
+        return self._in_order(arrivals)
+
+    def subset(self, most: int) -> Requests:
+        """The first `most` requests, without the file's arrival times (their
+        arrivals are drawn at whatever rate is asked)."""
+
+        def first(values):
+            return None if values is None else values[:most]
+
+        return Requests(self.dataset, self.input_len[:most], self.output_len[:most], None,
+                        self.rng_state, first(self.group), first(self.prefix_len))  # fmt: skip
+
+    def staged(self, stages: list[tuple[float, float]]) -> Workload:
+        """The requests sent in `stages` (module docstring), in arrival order."""
+        counts = stage_counts(stages)
+        if sum(counts) != len(self.input_len):
+            raise DlperfError(f"the stages send {sum(counts)} requests, not {len(self.input_len)}")
+        rng = np.random.default_rng()
+        rng.bit_generator.state = self.rng_state
+        arrivals, stage, start = [], [], 0.0
+        for i, ((rate, seconds), n) in enumerate(zip(stages, counts, strict=True)):
+            gaps = rng.exponential(1.0 / rate, n)
+            arrivals.append(start + np.cumsum(gaps) * (seconds / gaps.sum()))
+            stage.append(np.full(n, i))
+            start += seconds
+        return self._in_order(np.concatenate(arrivals), np.concatenate(stage))
+
+    def _in_order(self, arrivals: np.ndarray, stage: np.ndarray | None = None) -> Workload:
         order = np.argsort(arrivals, kind="stable")
-        return Workload(arrivals[order], self.input_len[order], self.output_len[order],
-                        self.dataset)  # fmt: skip
+
+        def sorted_(values):
+            return None if values is None else values[order]
+
+        return Workload(
+            arrivals[order], self.input_len[order], self.output_len[order], self.dataset,
+            sorted_(self.group), sorted_(self.prefix_len), sorted_(stage),
+        )  # fmt: skip
 
 
 def requests(dataset: str, num_prompts: int, seed: int = 0) -> Requests:
@@ -83,6 +158,9 @@ def requests(dataset: str, num_prompts: int, seed: int = 0) -> Requests:
     if not isinstance(num_prompts, int) or num_prompts <= 0:
         raise DlperfError(f"--num-prompts must be a positive whole number, not {num_prompts!r}")
     rng = np.random.default_rng(seed)
+    if dataset.startswith("shared-prefix:"):
+        inputs, outputs, group, prefix = _shared_prefix(dataset, num_prompts, rng)
+        return Requests(dataset, inputs, outputs, None, rng.bit_generator.state, group, prefix)
     inputs, outputs, given = _lengths(dataset, num_prompts, rng)
     return Requests(dataset, inputs, outputs, given, rng.bit_generator.state)
 
@@ -114,8 +192,43 @@ def _lengths(dataset: str, n: int, rng):
     if path.suffix == ".json":
         return _histogram(path, n, rng)
     raise DlperfError(
-        f"unknown --dataset {dataset!r}; give random:in=I,out=O[,range=F], sharegpt, "
-        "FILE.jsonl (lengths per request) or FILE.json (a length histogram)"
+        f"unknown --dataset {dataset!r}; give random:in=I,out=O[,range=F], "
+        "shared-prefix:system=S,question=Q,output=O,groups=G,users=U, FILE.jsonl (lengths "
+        "per request) or FILE.json (a length histogram)"
+    )
+
+
+SHARED_PREFIX_KEYS = ("system", "question", "output", "groups", "users", "extra")
+
+
+def _shared_prefix(text: str, n: int, rng):
+    """(input lengths, output lengths, groups, shared prefix lengths) of n
+    requests of inference-perf's shared-prefix data: each from a user drawn
+    uniformly among groups x users, its group's system prompt first."""
+    usage = (f"--dataset {text!r}: expected shared-prefix:system=S,question=Q,output=O,"
+             "groups=G,users=U[,extra=E] (whole numbers; extra may be 0)")  # fmt: skip
+    fields = {}
+    for part in text.removeprefix("shared-prefix:").split(","):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or key not in SHARED_PREFIX_KEYS or key in fields:
+            raise DlperfError(f"{usage}, not {part!r}")
+        try:
+            fields[key] = int(value)
+        except ValueError:
+            raise DlperfError(f"{usage}, not {part!r}") from None
+    fields.setdefault("extra", 0)
+    if set(fields) != set(SHARED_PREFIX_KEYS) or fields["extra"] < 0 or any(
+        fields[k] <= 0 for k in SHARED_PREFIX_KEYS if k != "extra"
+    ):
+        raise DlperfError(usage)
+    users = rng.integers(0, fields["groups"] * fields["users"], n)
+    prompt = fields["system"] + fields["question"] + fields["extra"]
+    return (
+        np.full(n, prompt),
+        np.full(n, fields["output"]),
+        users // fields["users"],
+        np.full(n, fields["system"]),
     )
 
 

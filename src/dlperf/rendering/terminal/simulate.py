@@ -56,6 +56,24 @@ def simulation_report(r, console: Console | None = None) -> None:
         stats = getattr(r, key)
         latency.add_row(name, *(_time(stats[k]) for k in ("mean", "median", "p90", "p99")))
     console.print(latency)
+    if r.stages:
+        staged = Table(title="per stage (the requests each stage sent)")
+        for col in ("stage", "rate", "requests", "TTFT mean", "TTFT P99", "E2E mean", "E2E P99",
+                    "TPOT mean"):  # fmt: skip
+            staged.add_column(col, justify="right")
+        for st in r.stages:
+            staged.add_row(
+                str(st["stage"]), f"{st['request_rate']:g}/s", f"{st['num_prompts']:,}",
+                _time(st["ttft"]["mean"]), _time(st["ttft"]["p99"]), _time(st["e2e"]["mean"]),
+                _time(st["e2e"]["p99"]), _time(st["tpot"]["mean"]),
+            )  # fmt: skip
+        console.print(staged)
+    if r.sustainable_rate is not None:
+        verdict = "[red]saturated[/]" if r.saturated else "within it"
+        console.print(
+            f"sustainable rate (the queue stops growing below it): "
+            f"[bold]{r.sustainable_rate:.3g}[/] requests/s; the offered load is {verdict}"
+        )
     if r.max_rate and r.max_rate["request_rate"] is not None:
         console.print(
             f"[bold]largest request rate meeting the SLO[/] ({r.max_rate['criterion']}): "
