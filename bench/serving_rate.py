@@ -49,14 +49,6 @@ the stage's measured mean output length where `raw_inference_perf` gives it
 A run is predicted to saturate when an offered stage rate is above the
 report's `sustainable_rate`.
 
-Fallback (until `dlperf.simulate` has the shared-prefix dataset and stages):
-each stage is simulated alone, `dataset="random:in=S+Q+E,out=O"` at
-`request_rate`, with `prefix_cache_hit_rate` = S / (S + Q + E) (the shared
-system prompt's share), and the sustainable rate is the throughput of all of
-the stage's requests sent at once. That is an APPROXIMATION, labelled in the
-output: no backlog carried from stage to stage, whole-run P90/P99 not
-predicted (whole-run means are the request-weighted stage means).
-
 Statuses: by default the normal runs (trainval, raw_extra). `--status` picks
 others: raw_extra_overloaded and superseded_overloaded lost requests to
 timeouts (their latencies cover successes only), dp_excluded ran data
@@ -74,7 +66,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -107,9 +98,7 @@ def model_name(run: dict) -> str:
     if "llama-4" in hf:
         raise Skip("Llama-4 Scout (FP8, interleaved MoE, chunked attention) has no config string")
     head_dim = m.get("head_dim") or m["hidden"] // m["heads"]
-    keys = (
-        f"layers={m['layers']},hidden={m['hidden']},heads={m['heads']},kv_heads={m['kv_heads']},"
-    )
+    keys = f"layers={m['layers']},hidden={m['hidden']},heads={m['heads']},kv_heads={m['kv_heads']},"
     moe = m.get("moe")
     if moe:
         if "mixtral" not in hf:
@@ -188,13 +177,6 @@ def engine_options(run: dict) -> dict:
     }
 
 
-def has_stages() -> bool:
-    """Whether dlperf.simulate takes the shared-prefix dataset and stages."""
-    from dlperf.run_config import KEYWORDS
-
-    return "stages" in KEYWORDS
-
-
 def _ms(stats: dict, key: str) -> float | None:
     value = (stats or {}).get(key)
     return None if value is None else value * 1e3
@@ -214,7 +196,7 @@ def out_len_for(run: dict, stage: int, w: dict) -> float:
     return float(mean) if mean else float(w["output"])
 
 
-def predict_staged(run: dict, name: str, w: dict, stages: list[dict]) -> tuple[dict, dict]:
+def predict(run: dict, name: str, w: dict, stages: list[dict]) -> tuple[dict, dict]:
     """{stage index: predicted metrics} and facts ({sustainable_rate, saturated})
     from one simulation of the run's stages."""
     import dlperf
@@ -236,38 +218,7 @@ def predict_staged(run: dict, name: str, w: dict, stages: list[dict]) -> tuple[d
     return out, facts
 
 
-def predict_fallback(run: dict, name: str, w: dict, stages: list[dict]) -> tuple[dict, dict]:
-    """The APPROXIMATION: each stage alone, random lengths, a prefix-cache hit rate."""
-    import dlperf
-
-    prompt = w["system"] + w["question"] + w["extra"]
-    options = engine_options(run) | {
-        "dataset": f"random:in={prompt},out={w['output']}",
-        "prefix_cache_hit_rate": w["system"] / prompt,
-    }
-    out, weighted, sustainable = {}, [], None
-    for st in stages:
-        n = max(1, int(st["rate"] * st["duration"]))
-        config = dlperf.RunConfig.build(num_prompts=n, request_rate=st["rate"], **options)
-        report = dlperf.simulate(name, config=config)
-        out[st["index"]] = _metrics(report.ttft, report.e2e, out_len_for(run, st["index"], w))
-        weighted.append((n, report))
-        if sustainable is None:  # all of a stage's requests at once: the most it serves
-            burst = dlperf.RunConfig.build(num_prompts=min(n, 1000), request_rate=math.inf,
-                                           **options)  # fmt: skip
-            sustainable = dlperf.simulate(name, config=burst).request_throughput
-    if len(stages) == len(run["workload"]["definition"]["stages"]):
-        total = sum(n for n, _ in weighted)
-        ttft = {"mean": sum(n * r.ttft["mean"] for n, r in weighted) / total}
-        e2e = {"mean": sum(n * r.e2e["mean"] for n, r in weighted) / total}
-        if len(weighted) == 1:
-            ttft, e2e = weighted[0][1].ttft, weighted[0][1].e2e
-        out[-1] = _metrics(ttft, e2e, out_len_for(run, -1, w))
-    saturated = any(st["rate"] > sustainable for st in stages)
-    return out, {"sustainable_rate": sustainable, "saturated": saturated}
-
-
-def replay(run: dict, scale: float, staged: bool) -> dict:
+def replay(run: dict, scale: float) -> dict:
     """A run's translation and its predictions (or why it was skipped)."""
     result = {"key": run["key"], "status": run["status"], "notes": [], "pred": {}}
     try:
@@ -282,7 +233,6 @@ def replay(run: dict, scale: float, staged: bool) -> dict:
             result["notes"].append("ran DP2+EP; replayed at tp alone")
         if not stages:
             raise Skip("no stage has a published rate")
-        predict = predict_staged if staged else predict_fallback
         result["pred"], facts = predict(run, name, w, stages)
         result.update(facts)
     except Skip as why:
@@ -300,10 +250,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true", help="print markdown tables")
     parser.add_argument("--only", help="runs whose key contains this text")
-    parser.add_argument("--prompts-scale", type=float, default=1.0,
-                        help="simulate this fraction of each stage's requests (quick runs)")
-    parser.add_argument("--status", default=",".join(NORMAL),
-                        help=f"comma-separated statuses, or 'all' ({', '.join(STATUSES)})")
+    parser.add_argument(
+        "--prompts-scale",
+        type=float,
+        default=1.0,
+        help="simulate this fraction of each stage's requests (quick runs)",
+    )
+    parser.add_argument(
+        "--status",
+        default=",".join(NORMAL),
+        help=f"comma-separated statuses, or 'all' ({', '.join(STATUSES)})",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
@@ -317,11 +274,7 @@ def main() -> None:
     keys = [k for k, r in runs.items() if r["status"] in wanted]
     if args.only:
         keys = [k for k in keys if args.only in k]
-    staged = has_stages()
-    mode = "shared-prefix dataset + stages" if staged else (
-        "FALLBACK APPROXIMATION: each stage alone, random lengths, prefix_cache_hit_rate"
-    )
-    print(f"mode: {mode}; prompts scale {args.prompts_scale:g}")
+    print(f"prompts scale {args.prompts_scale:g} (1: every request each stage sent)")
 
     cases = {}
     for c in data["cases"]:
@@ -331,7 +284,7 @@ def main() -> None:
     for i, key in enumerate(keys):
         log(f"[{i + 1}/{len(keys)}] {short(key)} ...")
         t0 = time.time()
-        results.append(replay(runs[key], args.prompts_scale, staged))
+        results.append(replay(runs[key], args.prompts_scale))
         r = results[-1]
         log(f"    {'skipped: ' + r['skip'] if 'skip' in r else 'done'} ({time.time() - t0:.0f} s)")
     report(results, cases, args.markdown)
