@@ -38,7 +38,8 @@ How each published field becomes a dlperf option:
   stages are replayed alone and the unknown stage's cases and the whole-run
   cases are skipped with that reason. `--prompts-scale F` issues a fraction F
   of each stage's requests over the same fraction of its duration (quick runs;
-  1.0 for the results).
+  1.0 for the results: a saturated stage's backlog grows with its duration, so
+  a fraction understates it).
 
 Predicted metrics: each stage's report (stage -1: the whole run) gives TTFT
 and E2E mean, P90 and P99. `itl_mean` is defined by the data as (mean E2E -
@@ -53,7 +54,8 @@ Statuses: by default the normal runs (trainval, raw_extra). `--status` picks
 others: raw_extra_overloaded and superseded_overloaded lost requests to
 timeouts (their latencies cover successes only), dp_excluded ran data
 parallel 2 with expert parallelism (dlperf's serving has no DP/EP: replayed
-at tp alone). Each status is summarised on its own.
+at tp alone). Each status is summarised on its own, and trainval and
+raw_extra together as `normal`.
 
 Nothing here is fitted: the GPU's constants come from the kernel data
 (bench/calibrate.py), the engine's host costs from the framework file.
@@ -299,7 +301,8 @@ def report(results: list[dict], cases: dict, markdown: bool) -> None:
             measured = c["published"]["value"]
             error = None if got is None else got / measured - 1
             if error is not None:
-                errors.setdefault(r["status"], {}).setdefault(c["metric"], []).append(error)
+                for group in {r["status"], "normal" if r["status"] in NORMAL else r["status"]}:
+                    errors.setdefault(group, {}).setdefault(c["metric"], []).append(error)
             rows.append((r, c, got, measured, error))
 
     print("\n## Per run (predicted / measured ms, error)\n")
@@ -324,7 +327,7 @@ def report(results: list[dict], cases: dict, markdown: bool) -> None:
         for (key, stage), got in by_stage.items():
             if key != r["key"]:
                 continue
-            rate = f"{rates[stage]:g}" if stage in rates else "all"
+            rate = f"{rates[stage]:g}" if stage in rates else "all" if stage == -1 else "?"
             cells = []
             for metric in METRICS:
                 p, m, e = got.get(metric, (None, None, None))
@@ -353,7 +356,8 @@ def report(results: list[dict], cases: dict, markdown: bool) -> None:
     if markdown:
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
-    for status, by_metric in errors.items():
+    for status in [s for s in (*STATUSES, "normal") if s in errors]:
+        by_metric = errors[status]
         for metric in METRICS:
             errs = by_metric.get(metric, [])
             if not errs:
