@@ -80,3 +80,22 @@ def test_measured_links_use_the_plain_ring():
     assert collective_time_s("all_reduce", 1e6, 8, measured) == ring_time_s(
         "all_reduce", 1e6, 8, bus, 2e-6
     )
+
+
+def test_vllms_custom_all_reduce_reads_its_peers_over_nvlink():
+    """vLLM's own all-reduce on NVLink: its launch, its barriers (1 us a flag) and the
+    bytes each GPU reads from its peers at the link's 450 GB/s (an H100's each way)."""
+    from dlperf.serving.collectives import custom_all_reduce_s
+
+    h100 = dlperf.gpu("h100")
+    launch = h100.efficiency.kernel_latency_s
+    # 256 KiB on 4 GPUs, one stage: 3 peers' buffers read whole, two barriers
+    one = launch + 2e-6 + 3 * 262_144 / 450e9
+    assert custom_all_reduce_s(262_144, 4, h100) == pytest.approx(one)
+    # 1 MiB on 4 GPUs, two stages: a quarter from each of 3 peers, twice; three barriers
+    two = launch + 3e-6 + 2 * 3 * 262_144 / 450e9
+    assert custom_all_reduce_s(2**20, 4, h100) == pytest.approx(two)
+    # 8 MiB and up, 3 GPUs, or no NVLink: vLLM runs NCCL
+    assert custom_all_reduce_s(8 * 2**20, 4, h100) is None
+    assert custom_all_reduce_s(2**20, 3, h100) is None
+    assert custom_all_reduce_s(2**20, 2, dlperf.gpu("l4")) is None

@@ -10,6 +10,8 @@ spec (`parallel.network.interconnect_for`).
 
 from __future__ import annotations
 
+import math
+
 from ..hardware import HardwareSpec
 from ..parallel import collectives
 from ..parallel.network import interconnect_for
@@ -27,6 +29,37 @@ def collective_time_s(
     over `ranks` consecutive GPUs, `gpus_per_node` to a node."""
     net = interconnect_for(spec, gpus_per_node, node_network_bytes_per_s)
     return collectives.collective_time_s(kind, nbytes, ranks, net)
+
+
+# vLLM's custom all-reduce (csrc/custom_all_reduce.cuh, used by its
+# CustomAllreduce for 2, 4, 6 or 8 GPUs that NVLink connects all to all, up to
+# an 8 MiB buffer): each GPU reads its peers' buffers over NVLink itself, no
+# NCCL channels or protocol steps. One stage (every GPU reads every peer's
+# whole buffer and sums) for 2 GPUs and for buffers under 512 KiB on up to 4
+# GPUs or 256 KiB on up to 8; else two (reduce-scatter, then all-gather).
+CUSTOM_ALL_REDUCE_RANKS = (2, 4, 6, 8)
+CUSTOM_ALL_REDUCE_MAX_BYTES = 8 * 2**20
+ONE_STAGE_BELOW_BYTES = {4: 512 * 2**10, 8: 256 * 2**10}
+# One flag a GPU stores into each peer's memory and waits to see from each (the
+# kernels' barriers): a store and a load across NVLink, about a microsecond each
+# way (a stated figure, not fitted).
+NVLINK_FLAG_S = 1e-06
+
+
+def custom_all_reduce_s(nbytes: float, ranks: int, spec: HardwareSpec) -> float | None:
+    """Seconds of vLLM's custom all-reduce of `nbytes` over `ranks` GPUs of
+    `spec` (the kernel's launch, its barriers, and the bytes each GPU reads
+    from its peers over its own NVLink), or None where vLLM runs NCCL."""
+    link = spec.nvlink_bandwidth_bytes_per_s
+    if not link or ranks not in CUSTOM_ALL_REDUCE_RANKS or nbytes >= CUSTOM_ALL_REDUCE_MAX_BYTES:
+        return None
+    launch = spec.efficiency.kernel_latency_s
+    limit = next((v for k, v in sorted(ONE_STAGE_BELOW_BYTES.items()) if ranks <= k), 0)
+    if ranks == 2 or nbytes < limit:  # every peer's buffer read whole; barriers before, after
+        return launch + 2 * NVLINK_FLAG_S + (ranks - 1) * nbytes / link
+    # a 1/ranks slice of every peer's buffer summed, then every peer's summed slice
+    share = math.ceil(nbytes / ranks)
+    return launch + 3 * NVLINK_FLAG_S + 2 * (ranks - 1) * share / link
 
 
 def send_time_s(

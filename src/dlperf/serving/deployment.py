@@ -107,9 +107,11 @@ def _residual_bytes(step: Step) -> float:
     return 0.0
 
 
-def deploy(model, config: RunConfig, session: Session | None = None,
-           fused: bool = True) -> Deployment:  # fmt: skip
-    """The deployment `serve` and `simulate` price (see `serve` for the options)."""
+def deploy(model, config: RunConfig, session: Session | None = None, fused: bool = True,
+           custom_all_reduce: bool = False) -> Deployment:  # fmt: skip
+    """The deployment `serve` and `simulate` price (see `serve` for the options);
+    `custom_all_reduce` runs tensor parallelism's all-reduces as vLLM's own
+    kernel does on NVLink (`collectives.custom_all_reduce_s`)."""
     serving, par = config.serving, config.parallel
     tp, pp = par.tp or 1, par.pp or 1
     if model is None:
@@ -136,7 +138,7 @@ def deploy(model, config: RunConfig, session: Session | None = None,
     if pp > max(1, len(blocks)):
         raise DlperfError(f"--pp {pp} is more stages than the model's {len(blocks)} layers")
     engine = Engine(spec, scheme, kv_dtype, tp, fused, par.gpus_per_node,
-                    par.node_network_bytes_per_s, serving.sampling)  # fmt: skip
+                    par.node_network_bytes_per_s, serving.sampling, custom_all_reduce)  # fmt: skip
     tracer = StepTracer(run, engine, session or Session())
     chunk = serving.max_num_batched_tokens or default_max_num_batched_tokens(spec)
     return Deployment(run, engine, tracer, pp, config.step.cuda_graphs, chunk,

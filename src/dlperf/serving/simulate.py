@@ -203,7 +203,8 @@ class Simulator:
         self.num_prompts = _prompts(serving, self.stages)
         # a bad dataset fails before tracing
         self.requests = requests(self.dataset, self.num_prompts, serving.seed)
-        self.d = deploy(model, config, session)
+        # vLLM's engine: its own all-reduce kernel where NVLink connects the GPUs
+        self.d = deploy(model, config, session, custom_all_reduce=True)
         max_num_seqs = serving.max_num_seqs
         chunked_prefill = serving.chunked_prefill
         prefix_cache_hit_rate = serving.prefix_cache_hit_rate

@@ -40,7 +40,7 @@ from ..ops import CostContext, costed, fallback
 from ..run import Run, Session
 from ..tracing import repeated_blocks, within
 from .cache import step_inputs
-from .collectives import collective_time_s
+from .collectives import collective_time_s, custom_all_reduce_s
 from .eager_attention import fuse_eager_attention
 from .merged_projections import merge_projections
 from .quant import Scheme, quantize
@@ -61,6 +61,9 @@ class Engine:
     gpus_per_node: int = 8
     node_network_bytes_per_s: float | None = None
     sampling: str = "greedy"  # "greedy" (what serving benchmarks run) or "top-p"
+    # tensor parallelism's all-reduces as vLLM runs them on NVLink (its own
+    # kernel, `collectives.custom_all_reduce_s`) rather than through NCCL
+    custom_all_reduce: bool = False
 
 
 @dataclass
@@ -174,7 +177,11 @@ def _row(event, found, spec: HardwareSpec, timer: GemmTimer, unsupported) -> OpR
 def collective_row(kind: str, nbytes: float, module: str, engine: Engine, ranks=None) -> OpRow:
     """A collective as a row of the step: one NCCL kernel the next op waits for."""
     ranks = ranks or engine.tp
-    seconds = collective_time_s(
+    custom = None
+    if engine.custom_all_reduce and kind == "all_reduce" and ranks <= engine.gpus_per_node:
+        custom = custom_all_reduce_s(nbytes, ranks, engine.spec)
+    how = "the engine's own kernel over NVLink" if custom is not None else "NCCL's cost model"
+    seconds = custom if custom is not None else collective_time_s(
         kind, nbytes, ranks, engine.spec, engine.gpus_per_node, engine.node_network_bytes_per_s
     )
     row = OpRow(
@@ -191,7 +198,7 @@ def collective_row(kind: str, nbytes: float, module: str, engine: Engine, ranks=
         bound=Bound.LATENCY,
         time_s=seconds,
         kernels=1,
-        notes=[f"{kind} of {nbytes / 1e3:.1f} kB over {ranks} GPUs (NCCL's cost model)"],
+        notes=[f"{kind} of {nbytes / 1e3:.1f} kB over {ranks} GPUs ({how})"],
     )
     row.host_ops = 0
     return row
