@@ -24,6 +24,7 @@ import dataclasses
 from ..costs import Cost, Gemm
 from ..dtypes import bytes_per_element
 from ..ops.linear import activation_operand
+from ..tracing.events import TensorMeta
 
 # How far past a projection its siblings may be traced: an MLP's up projection
 # comes after the gate's activation (gate, silu, up), q, k and v one after another.
@@ -104,12 +105,40 @@ def _one_gemm(group: list):
     names = "+".join(e.module.rsplit(".", 1)[-1] for e, _ in group)
     merged = dataclasses.replace(
         event,
+        args=_wider_args(event, gemm.n),
+        outputs=tuple(_columns(t, gemm.n) for t in event.outputs),
         module=_parent(event.module),
         writes=tuple(w for e, _ in group for w in e.writes),
         info={**event.info, "merged": names},
     )
     remark = f"{names} as one GEMM of {gemm.n} columns, as the engine loads them"
     return merged, found._replace(cost=cost, remarks=(*found.remarks, remark))
+
+
+def _columns(t: TensorMeta, n: int) -> TensorMeta:
+    """`t` (a weight [k, n'], a bias [n'] or an output [m, n']) with n columns."""
+    shape = (*t.shape[:-1], n)
+    if len(shape) == 2 and t.stride[0] == 1:  # a transposed weight, as linear passes it
+        return TensorMeta(shape, t.dtype, (1, shape[0]))
+    stride, size = [], 1
+    for dim in reversed(shape):
+        stride.insert(0, size)
+        size *= dim
+    return TensorMeta(shape, t.dtype, tuple(stride))
+
+
+def _wider_args(event, n: int) -> tuple:
+    """The GEMM's arguments with its weight (and bias) of n columns: the merged
+    layer's, so that what reads its tensors (tensor parallelism's shards, the
+    report's shapes) sees the GEMM that runs."""
+    operand = activation_operand(event)
+    out, tensors = [], 0
+    for arg in event.args:
+        if isinstance(arg, TensorMeta):
+            arg = arg if tensors == operand else _columns(arg, n)
+            tensors += 1
+        out.append(arg)
+    return tuple(out)
 
 
 def _gated_activations(priced: list) -> list:
