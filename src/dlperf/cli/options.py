@@ -147,11 +147,11 @@ CONFIG = option(
     "Megatron-LM arguments, TrainingArguments or config.json, vLLM arguments (flags given "
     "beside it win; `dlperf explain-config FILE` shows the translation)",
 )
+# The GPU a run is predicted on, how it runs, and the run's config file.
+DEVICE = (option("--gpu", api="gpu", default="a100", help=GPU_HELP), *DEVICE_SETTINGS, CONFIG)
 # Every verb that takes a model takes these; each feeds the API keyword `api`.
 MODEL_OPTIONS = (
-    option("--gpu", api="gpu", default="a100", help=GPU_HELP),
-    *DEVICE_SETTINGS,
-    CONFIG,
+    *DEVICE,
     option(
         "--precision",
         api="precision",
@@ -583,9 +583,7 @@ SIMULATION = (
 
 SERVE = (
     MODEL,
-    option("--gpu", api="gpu", default="a100", help=GPU_HELP),
-    *DEVICE_SETTINGS,
-    CONFIG,
+    *DEVICE,
     option(
         "--precision",
         api="precision",
