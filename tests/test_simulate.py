@@ -351,3 +351,9 @@ def test_a_staged_shared_prefix_run_reports_each_stage_and_its_saturation():
     assert doc["stages"][1]["request_rate"] == 8 and doc["stages"][1]["e2e"]["p99"] > 0
     with pytest.raises(DlperfError, match="--stages or --request-rate"):
         simulate(LLAMA, gpu="a100", stages="4x1", request_rate=3.0)
+
+
+def test_a_malformed_slo_names_the_part_it_could_not_read():
+    for text in ("ttft=", "ttft=abc", "foo=5ms"):
+        with pytest.raises(DlperfError, match=f"not {text!r}"):
+            parse_slo(text)
