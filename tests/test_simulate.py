@@ -311,8 +311,10 @@ def test_a_shared_system_prompt_is_computed_once_per_group():
     """Requests of one group share a 10-token system prompt: once the first has
     computed it, the prefix cache holds its whole blocks (8 of 10 tokens, blocks of
     4) and the next request computes the rest of its prompt only."""
-    work = Workload(np.array([0.0, 1.5, 1.5]), np.array([20, 20, 20]), np.array([2, 2, 2]),
-                    "test", group=np.array([0, 0, 1]), prefix_len=np.array([10, 10, 10]))  # fmt: skip
+    work = Workload(
+        np.array([0.0, 1.5, 1.5]), np.array([20, 20, 20]), np.array([2, 2, 2]), "test",
+        group=np.array([0, 0, 1]), prefix_len=np.array([10, 10, 10]),
+    )  # fmt: skip
     costs = SecondPerStep()
     run_engine(work, limits(), costs)
     # step 1 (0-1 s): request 0's whole prompt; step 2 (1-2 s): request 0's decode, and
@@ -332,8 +334,8 @@ def test_stages_send_rate_x_seconds_requests_each_within_its_stage():
     first, second = work.arrival_s[work.stage == 0], work.arrival_s[work.stage == 1]
     assert len(first) == 4 and len(second) == 2
     # gaps rescaled to fill each stage: its last request comes at the stage's end
-    assert 0 < first.min() and first.max() == pytest.approx(0.5)
-    assert 0.5 < second.min() and second.max() == pytest.approx(1.5)
+    assert first.min() > 0 and first.max() == pytest.approx(0.5)
+    assert second.min() > 0.5 and second.max() == pytest.approx(1.5)
     for bad in ("8x", "0x10", "ax1", "0.1x1"):
         with pytest.raises(DlperfError, match="--stages"):
             parse_stages(bad)
@@ -342,11 +344,11 @@ def test_stages_send_rate_x_seconds_requests_each_within_its_stage():
 def test_a_staged_shared_prefix_run_reports_each_stage_and_its_saturation():
     from dlperf.serving.simulate import simulate
 
-    report = simulate(LLAMA, gpu="a100", cuda_graphs=True, stages="4x1,8x1",
-                      dataset="shared-prefix:system=32,question=16,output=4,groups=2,users=2")  # fmt: skip
+    shared = "shared-prefix:system=32,question=16,output=4,groups=2,users=2"
+    report = simulate(LLAMA, gpu="a100", cuda_graphs=True, stages="4x1,8x1", dataset=shared)
     assert [s["num_prompts"] for s in report.stages] == [4, 8]
     assert report.num_prompts == 12 and report.completed == 12
-    assert report.sustainable_rate > 0 and report.saturated == (8 > report.sustainable_rate)
+    assert report.sustainable_rate > 0 and report.saturated == (report.sustainable_rate < 8)
     doc = report.to_dict()
     assert doc["stages"][1]["request_rate"] == 8 and doc["stages"][1]["e2e"]["p99"] > 0
     with pytest.raises(DlperfError, match="--stages or --request-rate"):
