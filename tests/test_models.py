@@ -205,3 +205,16 @@ def test_falcon_builds_with_its_own_head_size():
     # not set it (issue 20's bug); 64 / 4 = 16
     model = load_model("hf:falcon:layers=1,hidden=64,heads=4,vocab=128").module
     assert model.config.head_dim == 16
+
+
+def test_a_new_layer_count_resizes_the_per_layer_lists():
+    """Qwen3's default config holds 28 `layer_types`; 40 layers used to fail with an
+    IndexError in its 29th layer. Gemma 3's pattern (5 sliding, 1 full) repeats."""
+    qwen = load_model("hf:qwen3:layers=40,hidden=64,heads=4,kv_heads=2,mlp=128,vocab=100",
+                      batch=1, seq_len=8).module.config  # fmt: skip
+    assert len(qwen.layer_types) == 40
+    gemma = load_model("hf:gemma3_text:layers=8,hidden=64,heads=4,kv_heads=1,mlp=128,vocab=100",
+                       batch=1, seq_len=8).module.config  # fmt: skip
+    assert gemma.layer_types == ["sliding_attention"] * 5 + ["full_attention"] + [
+        "sliding_attention"
+    ] * 2

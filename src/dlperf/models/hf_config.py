@@ -208,6 +208,23 @@ def _guess_value(text: str):
     return words.get(text.lower(), text)
 
 
+def _layers(config) -> int | None:
+    found = [getattr(config, a) for a in _alias_targets(config, "layers")]
+    return found[0] if found and isinstance(found[0], int) else None
+
+
+def _follow_layers(config, before: int | None, chosen: set[str]) -> None:
+    """Per-layer lists the config's constructor derived from its layer count
+    (Qwen3's and Gemma's `layer_types`) follow a new count: their pattern
+    repeated from the first layer, unless the spec set the list itself."""
+    after = _layers(config)
+    if before is None or after is None or after == before:
+        return
+    for key, value in config.to_dict().items():
+        if key not in chosen and isinstance(value, list) and len(value) == before and before:
+            setattr(config, key, [value[i % before] for i in range(after)])
+
+
 def configure(config, model_type: str, options: dict[str, str], derive: bool = True) -> None:
     """Set each option on the config: short size keys, then any config key.
     The head size follows hidden / heads unless set, or, with `derive` off (a
@@ -217,6 +234,7 @@ def configure(config, model_type: str, options: dict[str, str], derive: bool = T
     if "heads" in options and not kv_keys & options.keys() and _alias_targets(config, "kv_heads"):
         options = {**options, "kv_heads": options["heads"]}  # plain multi-head unless told
     chosen: set[str] = set()
+    layers_before = _layers(config)
     for key, text in options.items():
         if key in SIZE_KEYS:
             targets = _alias_targets(config, key)
@@ -231,6 +249,7 @@ def configure(config, model_type: str, options: dict[str, str], derive: bool = T
             chosen.add(key)
         else:
             raise _unknown_key(model_type, key, config)
+    _follow_layers(config, layers_before, chosen)
     head_dim = {"head_dim", getattr(config, "attribute_map", {}).get("head_dim")}
     # a config that derives head_dim itself (Falcon's read-only property) needs nothing
     derived = isinstance(getattr(type(config), "head_dim", None), property)
