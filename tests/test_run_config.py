@@ -127,3 +127,9 @@ def test_a_resolved_run_keeps_its_options_through_plan():
     run = resolve(model, x, gpu="v100", precision="fp32")
     report = dlperf.plan(run, gpus=2, global_batch=16, micro_batch=8)
     assert report.precision == "fp32"
+
+
+def test_an_option_given_where_the_config_goes_is_refused_in_one_line():
+    model, x = nn.Linear(8, 8), torch.empty(2, 8, device="meta")
+    with pytest.raises(DlperfError, match="not str 'h100': give the GPU"):
+        dlperf.analyze(model, x, "h100")

@@ -108,6 +108,11 @@ def run_config(inputs=None, config: RunConfig | None = None, *, model=None,
         inputs, config = None, inputs
     if config is None and isinstance(model, Run):
         config = model.config
+    if config is not None and not isinstance(config, RunConfig):
+        raise DlperfError(
+            f"the run is a dlperf.RunConfig, not {type(config).__name__} {config!r}: give the GPU "
+            "and the other options by keyword (gpu=..., precision=...)"
+        )
     if inputs is not None:
         options["inputs"] = inputs
     return RunConfig.build(config, **options)
