@@ -284,7 +284,7 @@ def cmd_report(args: Namespace) -> None:
         data = read_profile(one_trace(args.trace, "report --trace"))
     with Spinner(f"analysing {args.model}", quiet=args.json) as progress:
         # one run, one session: the analysis, the memory, the advice and serving share traces
-        run, session = resolve(None, config=run_config(args)), Session()
+        run, session = resolve(None, config=run_config(args), verb="analyze"), Session()
         served = _serving(args, run, session)  # first: --serve's error comes at once
         result = analyze(run, progress=progress, session=session)
         mem = memory(run, session=session) if args.train else None
