@@ -383,3 +383,10 @@ def test_the_engine_runs_the_projections_of_one_input_as_one_gemm():
     fused = [r for r in layer if "SiluAndMul" in r.op]
     # its reads: gate and up, 8 x 256 fp16 each (8,192 bytes); its write 8 x 256 x 2 (4,096)
     assert len(fused) == 1 and fused[0].bytes == 8 * 256 * 2 * 3
+
+
+def test_the_config_offers_the_samplers_the_engine_has():
+    from dlperf import run_config
+    from dlperf.serving import steps
+
+    assert set(run_config.SAMPLERS) == set(steps.SAMPLERS)

@@ -135,11 +135,11 @@ def resolve(model, inputs=None, config: RunConfig | None = None, *, verb: str | 
 def _re_resolved(run: Run, inputs, config, verb, options) -> Run:
     if inputs is None and config is None and not options:
         return run
-    changed = run_config(inputs, config or run.config, **options).check(verb)
     if inputs is not None or any(KEYWORDS[k] == "model" for k in options):
         raise DlperfError(
             "a resolved run keeps its model and inputs: resolve the model again to change them"
         )
+    changed = run_config(None, config or run.config, **options).check(verb)
     return _resolved(run.model, changed, laid_out=True)
 
 

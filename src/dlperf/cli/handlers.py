@@ -15,7 +15,7 @@ from ..rendering.output import show
 from ..rendering.progress import Spinner
 from ..run_config import RunConfig
 from .files import read_interconnect, writable_file, writable_folder, write_interconnect
-from .options import byte_sizes, device_settings, device_spec, run_config, run_options
+from .options import byte_sizes, device_settings, run_config, run_options
 
 
 def cmd_gpus(args: Namespace) -> None:
@@ -48,10 +48,12 @@ def cmd_explain_config(args: Namespace) -> None:
 
 def cmd_gemm(args: Namespace) -> None:
     from ..kernels.gemm import gemm
+    from ..run import device_spec
+    from ..run_config import DeviceConfig
 
     if args.cuda_context is not None:
         raise DlperfError("--cuda-context is memory; gemm prices one kernel's time: drop it")
-    spec = device_spec(args)
+    spec = device_spec(DeviceConfig(args.gpu, args.power_limit, args.torch_version))
     result = gemm(args.m, args.n, args.k, dtype=args.dtype, gpu=spec, batch=args.batch)
     show(result, text.gemm_report, args.json)
 

@@ -293,26 +293,6 @@ def device_settings(args: argparse.Namespace) -> dict:
     return {flag: value for flag, value in found.items() if value is not None}
 
 
-def device_spec(args: argparse.Namespace):
-    """--gpu as given, or its spec configured by --power-limit, --torch-version
-    and --cuda-context."""
-    given = device_settings(args)
-    if not given:
-        return args.gpu
-    if args.gpu is None:  # the device at hand (measure), or the one a trace names
-        raise DlperfError(
-            f"{next(iter(given))} configures a predicted --gpu: give --gpu with it, or drop it"
-        )
-    from ..hardware import gpu
-
-    return gpu(
-        args.gpu,
-        power_limit=given.get("--power-limit"),
-        torch_version=given.get("--torch-version"),
-        cuda_context_mib=given.get("--cuda-context"),
-    )
-
-
 GEMM = (
     option("m", type=positive_int, metavar="M"),
     option("n", type=positive_int, metavar="N"),

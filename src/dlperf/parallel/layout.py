@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import DlperfError
+from ..run_config import SHARDINGS
 from .schedule import NO_PIPELINE, Schedule
 
 # Sharding over the data-parallel ranks: ZeRO stage 1 (optimizer states),
 # 2 (and gradients), fsdp = ZeRO-3 (and weights, FSDP's FULL_SHARD), hsdp =
 # FSDP's HYBRID_SHARD (ZeRO-3 within a node, replicas across nodes).
-SHARDINGS = ("none", "zero1", "zero2", "fsdp", "hsdp")
 ZERO_STAGE = {"none": 0, "zero1": 1, "zero2": 2, "fsdp": 3, "hsdp": 3}
 
 
