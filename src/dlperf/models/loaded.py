@@ -25,6 +25,12 @@ class LoadedModel:
     # a meta model's custom parameters have no reset_parameters to refill them.
     build_real: Callable[[], nn.Module] | None = None
 
+    def with_positions(self, positions: int) -> str:
+        """The model's name with `positions` set: what to give for longer sequences."""
+        base, _, spec = self.name.removeprefix("hf:").partition(":")
+        keys = [kv for kv in spec.split(",") if kv and not kv.startswith("positions=")]
+        return f"hf:{base}:{','.join([*keys, f'positions={positions}'])}"
+
     def token_inputs(self, ids: torch.Tensor) -> dict:
         """The head's keyword inputs for token ids of shape (batch, seq)."""
         if ids.dim() != 2 or ids.is_floating_point():
@@ -34,10 +40,8 @@ class LoadedModel:
             )
         seq = int(ids.shape[1])
         if self.max_positions and seq > self.max_positions:
-            name = self.name.removeprefix("hf:")
-            spec = f"{name}{',' if ':' in name else ':'}positions={seq}"
             raise DlperfError(
                 f"sequence length {seq} is longer than the {self.max_positions} positions of "
-                f"{self.name}; give the model more with hf:{spec}"
+                f"{self.name}; give the model more with {self.with_positions(seq)}"
             )
         return head_inputs(self.head or "causal-lm", self.encoder_decoder, ids)

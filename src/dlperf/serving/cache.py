@@ -153,11 +153,9 @@ def step_inputs(loaded: LoadedModel, batch: int, new_tokens: int, cached: int) -
     position's logits are computed where the model allows it, as engines do."""
     limit = context_window(loaded)
     if limit and cached + new_tokens > limit:
-        name = loaded.name.removeprefix("hf:")
-        spec = f"{name}{',' if ':' in name else ':'}positions={cached + new_tokens}"
         raise DlperfError(
             f"{cached + new_tokens} tokens (prompt + output) exceed the {limit} positions of "
-            f"{loaded.name}; give the model more with hf:{spec}"
+            f"{loaded.name}; give the model more with {loaded.with_positions(cached + new_tokens)}"
         )
     ids = torch.zeros(batch, new_tokens, dtype=torch.int64, device="meta")
     inputs = {"input_ids": ids, "past_key_values": ServeCache(cached)}

@@ -150,10 +150,9 @@ def _max_model_len(run: Run, given: int | None) -> int | None:
     """--max-model-len as given, refused past the model's positions."""
     window = context_window(run.model)
     if given and window and given > window:
-        name = run.name.removeprefix("hf:")
-        more = f"hf:{name}{',' if ':' in name else ':'}positions={given}"
         raise DlperfError(
             f"--max-model-len {given} is more than the {window} positions of {run.name}: "
-            f"give the model more with {more}, or a smaller --max-model-len"
+            f"give the model more with {run.model.with_positions(given)}, or a smaller "
+            "--max-model-len"
         )
     return given

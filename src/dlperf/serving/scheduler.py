@@ -153,6 +153,7 @@ class EngineState:
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.free = limits.kv_blocks
+        self.schedule = limits.scheduling.schedule  # the policy, looked up once
         self.group, self.prefix = work.group, work.prefix_len
         self.prefixes_cached: set[int] = set()  # groups whose shared prompt is computed
         self.now, self.done = 0.0, 0
@@ -173,7 +174,7 @@ class EngineState:
             following = float(work.arrival_s[arrived]) if arrived < n else math.inf
             if not self.waiting and self._decoding_only() and self._fast_forward(following):
                 continue
-            scheduled = self.limits.scheduling.schedule(self)
+            scheduled = self.schedule(self)
             if not scheduled:
                 raise DlperfError("dlperf's simulated engine stalled: nothing could be scheduled")
             self._step(scheduled)

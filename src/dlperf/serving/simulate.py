@@ -205,11 +205,7 @@ class Simulator:
         self.requests = requests(self.dataset, self.num_prompts, serving.seed)
         # vLLM's engine: its own all-reduce kernel where NVLink connects the GPUs
         self.d = deploy(model, config, session, custom_all_reduce=True)
-        max_num_seqs = serving.max_num_seqs
-        chunked_prefill = serving.chunked_prefill
-        prefix_cache_hit_rate = serving.prefix_cache_hit_rate
-        spec = self.d.spec
-        self.max_num_seqs = max_num_seqs or default_max_num_seqs(spec)
+        self.max_num_seqs = serving.max_num_seqs or default_max_num_seqs(self.d.spec)
         sample = self.requests
         longest = int((sample.input_len + sample.output_len).max())
         self.d.check_request(longest)
@@ -225,7 +221,7 @@ class Simulator:
         self.memory["kv_cache_bytes"] = blocks * per_token * self.d.block_size
         self.limits = EngineLimits(
             self.max_num_seqs, self.d.max_num_batched_tokens, blocks, self.d.block_size,
-            chunked_prefill, prefix_cache_hit_rate, serving.scheduler,
+            serving.chunked_prefill, serving.prefix_cache_hit_rate, serving.scheduler,
         )  # fmt: skip
         # the last decode step reads prompt + output - 2 cached tokens
         self.costs = StepCosts(timeline, self.max_num_seqs, traced, longest - 2)
