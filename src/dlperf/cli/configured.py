@@ -7,7 +7,8 @@ import argparse
 
 from ..errors import DlperfError
 from ..run_config import APPLIES, KEYWORDS
-from .handlers import RUN_WAYS, SIMULATION_FLAGS, SIMULATION_ONLY, plan_gpus
+from .handlers import RUN_WAYS, SIMULATION_ONLY, plan_gpus
+from .options import run_config
 
 # What a training config sets that an inference pass has no use for (and refuses
 # when given on the command line): recompute, the loss kernel, clipping.
@@ -36,7 +37,7 @@ def apply_config(args: argparse.Namespace) -> None:
         if args.verb in APPLIES:  # a file's options for other verbs (a plan's reduce dtype)
             applies = APPLIES[args.verb]
             values = {k: v for k, v in values.items() if k not in KEYWORDS or k in applies}
-        if args.verb == "serve" and not any(getattr(args, k) for k in SIMULATION_FLAGS):
+        if args.verb == "serve" and not run_config(args).serving.simulated:
             values = {k: v for k, v in values.items() if k not in SIMULATION_ONLY}
         for dest, value in values.items():
             if hasattr(args, dest) and dest not in args.given:

@@ -185,7 +185,6 @@ def _prompt_sizes(args: Namespace) -> tuple[int, int]:
     return int(shape[0]), int(shape[1])
 
 
-SIMULATION_FLAGS = ("request_rate", "num_prompts", "dataset", "slo", "find_max_rate", "stages")
 # Flags of a static batch, and flags of a simulation, that the other mode has no use for.
 STATIC_ONLY = {"batch": "--batch", "input_len": "--input-len", "input": "--input",
                "output_len": "--output-len", "concurrency": "--concurrency",
@@ -196,7 +195,7 @@ SIMULATION_ONLY = {"max_num_seqs": "--max-num-seqs", "no_chunked_prefill": "--no
 
 
 def cmd_serve(args: Namespace) -> None:
-    if any(getattr(args, k) for k in SIMULATION_FLAGS):
+    if run_config(args).serving.simulated:
         return _simulate(args)
     given = [flag for key, flag in SIMULATION_ONLY.items() if getattr(args, key)]
     if given:  # a --config's engine settings are kept for a simulation only
