@@ -279,7 +279,8 @@ def fit_memory(arrays, gemm_fits: dict[str, dict]) -> tuple[dict, dict, dict]:
 # by at most STREAMING_TOLERANCE: half a point of mean group median error).
 MIN_STREAMING_ROWS = 20
 STREAMING_TOLERANCE = 0.005
-STREAMING_GRID = np.arange(BOUNDS["dram_efficiency"][0], BOUNDS["dram_efficiency"][1] + 1e-9, 0.0025)
+_LOW, _HIGH = BOUNDS["dram_efficiency"]
+STREAMING_GRID = np.arange(_LOW, _HIGH + 1e-9, 0.0025)
 
 
 def fit_gemm_streaming(groups: list[Group], values: dict) -> tuple[float | None, str]:
