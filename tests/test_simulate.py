@@ -307,6 +307,20 @@ def test_a_chunk_after_cached_tokens_is_priced_at_its_own_shape():
     assert costs.chunk_attention_s(8, 504) < whole
 
 
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_a_long_cache_decode_is_the_short_traced_step_with_its_attention_repriced(cuda_graphs):
+    """Only attention reads the cache: the long-cache decode derived from the
+    short one's trace (its attention kernels priced again, the same issue
+    timeline) is the long-cache decode traced, eager or in a CUDA graph."""
+    costs = Simulator(LLAMA, dataset="random:in=200,out=8", num_prompts=2, gpu="h100",
+                      precision="fp16", cuda_graphs=cuda_graphs).costs  # fmt: skip
+    derived = costs._decode_at(4, costs.long)
+    assert costs.traced == 1 and (4, costs.short) in costs._decode
+    ((_, timing),), _ = costs.timeline.decode(4, [costs.long])
+    assert derived == pytest.approx(timing["time_s"], rel=1e-9)
+    assert derived > costs._decode_at(4, costs.short)
+
+
 def test_a_shared_system_prompt_is_computed_once_per_group():
     """Requests of one group share a 10-token system prompt: once the first has
     computed it, the prefix cache holds its whole blocks (8 of 10 tokens, blocks of

@@ -10,7 +10,8 @@ depends on different sizes:
 - a decode-only step: the traced decode at batch d (the grid's powers of two
   around it, linear between them), at two cache lengths, linear between them
   (attention reads K and V in proportion to the cache; nothing else depends
-  on it);
+  on it, so the longer cache's step is the shorter one's trace with its
+  attention kernels priced again: one trace per batch);
 - prefill tokens beside it run through every layer but attention with the
   decodes' tokens, as one larger GEMM: they add rest(d + p) - rest(d), where
   rest(n) is a traced n-token prefill without its attention (linear between
@@ -30,6 +31,7 @@ pipeline parallelism, precision, CUDA graphs, the host's launches).
 from __future__ import annotations
 
 import bisect
+import copy
 import dataclasses
 from collections import Counter
 
@@ -37,7 +39,7 @@ from ..costs import AttentionShape, Cost
 from ..dtypes import bytes_per_element
 from ..kernels.pricing import GemmTimer, time
 from .steps import Step
-from .timeline import Timeline
+from .timeline import Timeline, micro_batches, step_time_s
 
 
 def _powers(limit: int) -> list[int]:
@@ -95,6 +97,7 @@ class StepCosts:
         self._decode: dict[tuple[int, int], float] = {}
         self._prefill: dict[int, tuple[float, float]] = {}
         self._calls: list[tuple[AttentionShape, int]] | None = None
+        self._decode_steps: dict[int, Step] = {}
         self._timer = GemmTimer(timeline.tracer.engine.spec)
         self.traced = 0  # steps traced so far
 
@@ -103,10 +106,42 @@ class StepCosts:
     def _decode_at(self, batch: int, cached: int) -> float:
         key = (batch, cached)
         if key not in self._decode:
-            ((_, timing),), _ = self.timeline.decode(batch, [cached])
-            self._decode[key] = timing["time_s"]
-            self.traced += 1
+            if cached != self.short:
+                # Only attention reads the cache: the short cache's traced step
+                # with its attention kernels priced again at `cached`, through
+                # the same issue timeline (no second trace).
+                self._decode_at(batch, self.short)
+                self._decode[key] = self._decode_grown(batch, cached)
+            else:
+                ((step, timing),), _ = self.timeline.decode(batch, [cached])
+                self._decode[key] = timing["time_s"]
+                self._decode_steps[batch] = step
+                self.traced += 1
         return self._decode[key]
+
+    def _decode_grown(self, batch: int, cached: int) -> float:
+        step = self._decode_steps[batch]
+        rows = []
+        for row in step.rows:
+            shapes = getattr(row, "attention_shapes", ())
+            if row.family == "attention" and shapes:
+                row = copy.copy(row)
+                for shape in shapes:
+                    grown = self._attention_s(shape, 1, cached)
+                    row.time_s += grown - self._attention_s(shape, 1, self.short)
+            rows.append(row)
+        grown_step = dataclasses.replace(step, rows=rows, cached=cached)
+        line = self.timeline
+        micro = micro_batches(batch, 1, line.pp)
+        engine = line.tracer.engine
+        return step_time_s(grown_step, engine, line.pp, micro, line.cuda_graphs)["time_s"]
+
+    def _attention_s(self, shape: AttentionShape, queries: int, cached: int) -> float:
+        """`shape` priced as `queries` new tokens after `cached` (`chunk_shape`)."""
+        engine = self.timeline.tracer.engine
+        chunk = chunk_shape(shape, queries, cached, engine.kv_dtype)
+        cost = Cost(flops=chunk.flops, bytes_read=chunk.bytes, attention=(chunk,))
+        return time(cost, engine.spec, chunk.dtype, self._timer).seconds
 
     def _prefill_at(self, tokens: int) -> tuple[float, float]:
         """(the step without attention, its attention's time)."""
@@ -152,12 +187,9 @@ class StepCosts:
         the traced prefill's attention calls priced at the chunk's shape."""
         if self._calls is None:
             self._prefill_at(self.tokens[0])
-        spec, total = self.timeline.tracer.engine.spec, 0.0
-        for shape, count in self._calls:
-            chunk = chunk_shape(shape, queries, cached, self.timeline.tracer.engine.kv_dtype)
-            cost = Cost(flops=chunk.flops, bytes_read=chunk.bytes, attention=(chunk,))
-            total += count * time(cost, spec, chunk.dtype, self._timer).seconds
-        return total
+        return sum(
+            count * self._attention_s(shape, queries, cached) for shape, count in self._calls
+        )
 
     def step_s(self, decodes: int, decode_cached: float, chunks: list[tuple[int, int]]) -> float:
         """A step of `decodes` decoding sequences (`decode_cached` tokens each on
