@@ -158,3 +158,42 @@ def test_links_follow_the_ranks_places():
     # the node network by generation: DGX H100 8 x 400 Gb/s, DGX A100 8 x 200 Gb/s
     assert interconnect_for(dlperf.gpu("h100"), 8).node_network == 400e9
     assert a100.node_network == 200e9 and a100.inter_node_bytes_per_s == 25e9
+
+
+def test_a_gb200_nvl72_prices_groups_across_its_trays_on_nvlink():
+    """GB200 NVL72 joins 72 GPUs, 4 to a tray, by one NVLink fabric: a group of up
+    to 72 runs on NVLink, not on the trays' NICs; beyond, each GPU's NIC."""
+    import dataclasses
+
+    from dlperf.parallel.collectives import collective_time_s
+
+    gb200 = dlperf.gpu("gb200")
+    assert gb200.nvlink_domain_gpus == 72 and gb200.peak_flops_per_s("bf16") == 2.5e15
+    net = interconnect_for(gb200, 4, gpus=256)
+    assert net.gpus_per_node == 72  # the ring model's node is the NVLink domain
+    assert net.within_node(64) and not net.within_node(64, stride=2)
+    assert net.ring_bytes_per_s(64) == net.intra_ring_bytes_per_s
+    # beyond the domain: one 400 Gb/s NIC per GPU, the domain's 72 together
+    assert net.inter_node_bytes_per_s == 50e9 and net.node_network == 72 * 50e9
+    assert net.ring_bytes_per_s(4, stride=72) == 50e9
+    # a small job fills only its own GPUs
+    assert interconnect_for(gb200, 4, gpus=16).gpus_per_node == 16
+    # the same GPU without the domain: a tensor-parallel group of 16 spans 4 trays' NICs
+    trays = interconnect_for(dataclasses.replace(gb200, nvlink_domain_gpus=None), 4, gpus=256)
+    assert trays.gpus_per_node == 4
+    nbytes = 64 * 2**20
+    on_nvlink = collective_time_s("all_reduce", nbytes, 16, net)
+    assert on_nvlink < collective_time_s("all_reduce", nbytes, 16, trays) / 2
+    # a DGX node's GPUs are their own domain, as before
+    assert interconnect_for(dlperf.gpu("h100"), 8, gpus=64).gpus_per_node == 8
+
+
+def test_a_plan_on_gb200_searches_tensor_parallelism_across_trays():
+    """The planner searches TP past a 4-GPU tray inside the NVLink domain."""
+    report = dlperf.plan(
+        "hf:llama:layers=2,hidden=1024,heads=16,kv_heads=16,mlp=4096,vocab=32000",
+        gpu="gb200", gpus=16, gpus_per_node=4, global_batch=16, micro_batch=1, seq_len=512,
+        dp=1, pp=1, cp=1, sharding="none", checkpoint="none",
+    )  # fmt: skip
+    assert report.gpus_per_node == 4 and report.nvlink_domain == 16
+    assert {p.tp for p in report.plans} == {16}

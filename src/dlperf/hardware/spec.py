@@ -233,6 +233,12 @@ class HardwareSpec:
     # nvidia-smi's figure after the first CUDA call). None: the framework file's.
     cuda_context_bytes: int | None = None
     nvlink_bandwidth_bytes_per_s: float | None = None
+    # GPUs one NVLink fabric joins when it spans several nodes (GB200 NVL72: 72, across
+    # its 4-GPU trays); None: the node's GPUs (`parallel.network.interconnect_for`).
+    nvlink_domain_gpus: int | None = None
+    # Each GPU's share of the scale-out network of the system the spec describes (its
+    # NIC); None: the architecture's reference node (`_interconnect.toml`).
+    network_bytes_per_s_per_gpu: float | None = None
     pcie_bandwidth_bytes_per_s: float | None = None
     # Tensor Cores load operands in 16-byte pieces; Ampere and later run best
     # with 128-byte aligned dimensions (seed 002/003, Table 1).
@@ -336,6 +342,8 @@ _OPTIONAL = {
     "torch_version": str,
     "cuda_context_bytes": int,
     "nvlink_bandwidth_bytes_per_s": float,
+    "nvlink_domain_gpus": int,
+    "network_bytes_per_s_per_gpu": float,
     "pcie_bandwidth_bytes_per_s": float,
     "tensor_alignment_bytes": int,
     "tensor_best_alignment_bytes": int,

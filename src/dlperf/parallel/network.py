@@ -17,6 +17,11 @@ members in each node has k of the node's NICs to itself, so its bus
 bandwidth is k/gpus_per_node of the node's network, at most the GPU's link
 (one member per node, as a data-parallel group beside tensor parallelism of
 8: one NIC each).
+
+A spec may declare an NVLink domain larger than a node (`nvlink_domain_gpus`:
+GB200 NVL72 joins 72 GPUs, 4 to a compute tray, by one NVLink switch
+fabric). Then the "node" of the ring model is the domain: a group within
+it runs on NVLink, and the domain's network is its GPUs' NICs together.
 """
 
 from __future__ import annotations
@@ -89,22 +94,42 @@ class Interconnect:
         return self.inter_node_bytes_per_s if across_nodes else self.intra_node_bytes_per_s
 
 
-def default_node_network_bytes_per_s(spec: HardwareSpec) -> float:
-    """The node network of the GPU generation's reference system (spec data)."""
+def default_node_network_bytes_per_s(spec: HardwareSpec, gpus_per_node: int = 8) -> float:
+    """The node network of the spec's own system (its GPUs' NICs), else of the GPU
+    generation's reference system (spec data)."""
+    if spec.network_bytes_per_s_per_gpu:
+        return spec.network_bytes_per_s_per_gpu * gpus_per_node
     return NODE_NETWORK_BY_ARCHITECTURE.get(spec.architecture, DEFAULT_NODE_NETWORK_BYTES_PER_S)
 
 
+def nvlink_domain(spec: HardwareSpec, gpus_per_node: int, gpus: int | None = None) -> int:
+    """GPUs whose collectives run on NVLink: the node's, or the spec's larger NVLink
+    domain (GB200 NVL72: 72) as far as the job fills it."""
+    domain = spec.nvlink_domain_gpus if spec.nvlink_bandwidth_bytes_per_s else None
+    if not domain or domain <= gpus_per_node:
+        return gpus_per_node
+    return max(gpus_per_node, min(domain, gpus)) if gpus else domain
+
+
 def interconnect_for(
-    spec: HardwareSpec, gpus_per_node: int, node_network_bytes_per_s: float | None = None
+    spec: HardwareSpec,
+    gpus_per_node: int,
+    node_network_bytes_per_s: float | None = None,
+    gpus: int | None = None,
 ) -> Interconnect:
-    """NVLink (else PCIe) within a node; the node's network shared by its GPUs across."""
+    """NVLink (else PCIe) within a node, or within the spec's NVLink domain where it
+    spans nodes; the node's network shared by its GPUs across. `gpus`: the job's
+    GPUs (an NVLink domain larger than the job is the job)."""
     intra = (
         spec.nvlink_bandwidth_bytes_per_s
         or spec.pcie_bandwidth_bytes_per_s
         or FALLBACK_LINK_BYTES_PER_S
     )
-    network = node_network_bytes_per_s or default_node_network_bytes_per_s(spec)
+    network = node_network_bytes_per_s or default_node_network_bytes_per_s(spec, gpus_per_node)
     inter = min(intra, network / gpus_per_node)
+    domain = nvlink_domain(spec, gpus_per_node, gpus)
+    if domain > gpus_per_node:  # the domain's nodes' networks together
+        network = network / gpus_per_node * domain
     # NCCL's tuning model caps an sm80 ring's bus bandwidth (nccl src/graph/tuning.cc)
     caps = nccl_constants().get("bus_cap_bytes_per_s", {})
     cap = caps.get(spec.architecture) if spec.nvlink_bandwidth_bytes_per_s else None
@@ -112,7 +137,7 @@ def interconnect_for(
         intra,
         inter,
         RING_STEP_LATENCY_S,
-        gpus_per_node,
+        domain,
         network,
         cap,
         intra_link="nvlink" if spec.nvlink_bandwidth_bytes_per_s else "pcie",

@@ -49,6 +49,8 @@ class PlanReport:
     searched: int = 0  # plans priced (every schedule, SP and checkpointing variant)
     note: str | None = None  # one line when no plan fits
     fixed: dict = field(default_factory=dict)
+    # GPUs whose collectives run on NVLink (0: the node's; GB200 NVL72's 72 span nodes)
+    nvlink_domain: int = 0
 
     @property
     def best(self) -> Plan:
@@ -101,7 +103,7 @@ def _best_per_layout(plans: list[Plan]) -> list[Plan]:
 
 
 def _network(run, gpus, gpus_per_node, node_network_bytes_per_s, measured):
-    net = interconnect_for(run.spec, min(gpus_per_node, gpus), node_network_bytes_per_s)
+    net = interconnect_for(run.spec, min(gpus_per_node, gpus), node_network_bytes_per_s, gpus)
     if measured:  # measured by `dlperf measure-comm`: one link for all groups
         bandwidth = measured["bandwidth_bytes_per_s"]
         net = replace(
@@ -167,7 +169,8 @@ def plan_report(run: Run, session: Session, micro_batch: int) -> PlanReport:
         model=run.name,
         gpu=run.spec.id,
         gpus=gpus,
-        gpus_per_node=net.gpus_per_node,
+        gpus_per_node=min(gpus_per_node, gpus),
+        nvlink_domain=net.gpus_per_node,
         global_batch=batch,
         micro_batch=micro_batch,
         precision=run.precision.name,

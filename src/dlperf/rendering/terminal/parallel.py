@@ -26,9 +26,11 @@ PLAN_COLUMNS = (
 
 def plan_report(r, top: int = 12, console: Console | None = None) -> None:
     console = console or wide_console()
+    domain = f", NVLink across {r.nvlink_domain}" if r.nvlink_domain > r.gpus_per_node else ""
     console.print(
-        f"[bold]{escape(r.model)}[/] on {r.gpus} x [bold]{r.gpu}[/] ({r.gpus_per_node} per node, "
-        f"{gib(r.memory_bytes)} each), {r.precision}: global batch {r.global_batch}, "
+        f"[bold]{escape(r.model)}[/] on {r.gpus} x [bold]{r.gpu}[/] "
+        f"({r.gpus_per_node} per node{domain}, {gib(r.memory_bytes)} each), {r.precision}: "
+        f"global batch {r.global_batch}, "
         f"micro-batch {r.micro_batch}, {r.params / 1e9:,.2f} B parameters"
     )
     if r.fixed:
