@@ -12,8 +12,10 @@ import torch
 import dlperf
 from dlperf.errors import DlperfError
 from dlperf.run import Session, resolve
+from dlperf.run_config import RunConfig
 from dlperf.serving import serve
 from dlperf.serving.collectives import collective_time_s
+from dlperf.serving.deployment import deploy
 from dlperf.serving.result import linear_rows
 from dlperf.serving.timeline import decode_points, mean_decode_s, micro_batches
 
@@ -390,3 +392,22 @@ def test_the_config_offers_the_samplers_the_engine_has():
     from dlperf.serving import steps
 
     assert set(run_config.SAMPLERS) == set(steps.SAMPLERS)
+
+
+def test_an_engine_runs_its_causal_kernel_whatever_mask_the_model_builds(session):
+    """Falcon's Hugging Face class hands scaled_dot_product_attention a mask of its
+    own; vLLM never does: --attention flash runs flash's causal kernel on the
+    cache, and the prefill's attention reads q, k, v, no mask."""
+    falcon = "hf:falcon:layers=1,hidden=64,heads=4,vocab=128"
+    report = serve(falcon, gpu="h100", attention="flash", input_len=32, output_len=2,
+                   batch=1, session=session)  # fmt: skip
+    assert report.tpot_s > 0
+    d = deploy(falcon, RunConfig.build(gpu="h100", attention="flash"), session)
+    step = d.tracer.step("prefill", 1, 32, 0)
+    (row,) = [r for r in step.rows if r.family == "attention"]
+    (shape,) = row.attention_shapes
+    assert shape.causal and shape.mask == ""
+    # one sequence, 32 tokens, 4 heads of 16 (Falcon-7B's multi-query: one k, v head):
+    # q and the output 2 x 32 x 4 x 16 x 2 B, k and v 2 x 32 x 1 x 16 x 2 B, and a 4-byte
+    # log-sum-exp per query and head (512): 8,192 + 2,048 + 512 = 10,752 bytes
+    assert row.bytes == pytest.approx(10_752)

@@ -23,6 +23,12 @@ recorded, so it is priced as the fused kernel the engine would pick:
   kernel (causal when a step has more than one new token).
 
 Anything that does not match the chain exactly is left as traced.
+
+`engine_masks` does the same for attention the model already runs fused
+(`scaled_dot_product_attention`) with a mask of its own: an engine runs its
+causal kernel on the cache whatever mask the Hugging Face class builds
+(Falcon's, for one), so `--attention flash` prices that kernel rather than
+refusing a mask the engine never passes.
 """
 
 from __future__ import annotations
@@ -81,6 +87,28 @@ def fuse_eager_attention(trace: Trace, requested: str = "auto") -> Trace:
         return trace
     kept = [replaced.get(i, e) for i, e in enumerate(events)]
     return dataclasses.replace(trace, events=[e for e in kept if e is not None])
+
+
+def engine_masks(trace: Trace) -> Trace:
+    """`trace` with every fused attention call as an engine runs it: no mask
+    tensor (its read dropped), causal when the step has more than one new
+    token (aligned to the last key, as the cost model aligns it)."""
+    events = list(trace.events)
+    changed = False
+    for i, e in enumerate(events):
+        if e.op != ATTENTION_OP or len(e.args) < 6:
+            continue
+        mask = e.args[3]
+        if mask is None and e.args[5] == (e.args[0].shape[2] > 1):
+            continue
+        args = list(e.args)
+        args[3], args[5] = None, args[0].shape[2] > 1
+        reads = e.reads
+        if isinstance(mask, TensorMeta) and len(reads) == len(e.tensors()):
+            reads = reads[:3] + reads[4:]  # q, k, v, then the mask: drop its read
+        events[i] = dataclasses.replace(e, args=tuple(args), reads=reads)
+        changed = True
+    return dataclasses.replace(trace, events=events) if changed else trace
 
 
 def _chain(events: list[OpEvent], readers, first: int) -> tuple[list[int], int] | None:

@@ -41,7 +41,7 @@ from ..run import Run, Session
 from ..tracing import repeated_blocks, within
 from .cache import step_inputs
 from .collectives import collective_time_s, custom_all_reduce_s
-from .eager_attention import fuse_eager_attention
+from .eager_attention import engine_masks, fuse_eager_attention
 from .merged_projections import merge_projections
 from .quant import Scheme, quantize
 from .sharding import shard
@@ -312,7 +312,7 @@ class StepTracer:
             self.session.beside_trace[key] = shapes
         shapes = shapes or self.session.beside_trace.get(key, [])
         if self.run.attention not in ("eager", "math"):  # engines run their fused kernels
-            recorded = fuse_eager_attention(recorded, self.run.attention)
+            recorded = engine_masks(fuse_eager_attention(recorded, self.run.attention))
         return recorded, shapes
 
     def sampler_rows(self, batch: int, vocab: int) -> list[OpRow]:
