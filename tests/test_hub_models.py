@@ -63,3 +63,15 @@ def test_bundled_files_are_json_with_a_model_type():
 def test_distinctive_architectures_serve(hub_id):
     r = dlperf.serve(f"hf:{hub_id}", gpu="h100", precision="bf16", batch=2)
     assert r.ttft_s > 0 and r.tpot_s > 0
+
+
+def test_llama4_routes_each_token_to_its_top_expert():
+    """transformers runs every Llama-4 expert on every token, scaled by its score;
+    engines (and Megatron) run each token through its top-1 expert only."""
+    a = dlperf.analyze("hf:meta-llama/Llama-4-Scout-17B-16E:num_hidden_layers=1", gpu="h100",
+                       batch=1, seq_len=64, training=False)  # fmt: skip
+    (moe,) = [r for r in a.rows if r.op == "dlperf.moe.default"]
+    # 64 tokens x 1 expert x 3 matrices of 5120 x 8192, 2 FLOPs a multiply-add: 16.1 GFLOP
+    # (all 16 experts would be 258 GFLOP); the shared expert runs as its own linear layers
+    assert moe.gemm_flops == 2 * 64 * 3 * 5120 * 8192
+    assert not a.unsupported_ops

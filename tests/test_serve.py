@@ -283,6 +283,9 @@ def test_tensor_parallelism_splits_the_experts():
         times[tp] = report.tpot_s
         reduces = [c for c in report.decode.extra["collectives"] if c["op"] == "nccl.all_reduce"]
         assert len(reduces) == 2  # after attention and after the experts
+        # each all-reduces the layer's output, one token x 4096 x 2 B = 8,192 bytes (the
+        # experts' op also outputs what it keeps for backward: 26x that, never reduced)
+        assert [c["bytes"] for c in reduces] == [8192, 8192]
     # each GPU reads 704 / 2 = 352 MB at tp 2 and 704 / 8 = 88 MB at tp 8: 264 MB less,
     # about 160 us at the A100's 2.04 TB/s x 0.8; the rest of the step (attention, norms,
     # all-reduces, fixed costs) does not shrink as much

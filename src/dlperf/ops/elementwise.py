@@ -103,6 +103,7 @@ _BINARY = {
     "bitwise_or": 1,
     "bitwise_xor": 1,
     "atan2": 8,
+    "polar": 10,  # abs x (cos, sin) of the angle: rotary tables built as complex numbers
     "floor_divide": 2,
     "hypot": 4,
     "copysign": 1,

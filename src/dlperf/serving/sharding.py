@@ -71,7 +71,9 @@ def shard(priced: list, tp: int) -> tuple[list, list[Collective], set[int]]:
         flowing = frozenset().union(*(origin[s] for s in event.reads if s in origin))
         if event.op == MOE_OP:
             cost = _experts_parallel(cost, tp)
-            collectives.append(Collective("all_reduce", _out_bytes(event), i))
+            # the layer's output alone: the op's other outputs are what it keeps for
+            # backward (`tracing.moe`), never reduced
+            collectives.append(Collective("all_reduce", float(event.outputs[0].nbytes), i))
             _forget(origin, event.writes)
         elif operand is not None and len(cost.gemms) == 1 and event.reads[operand] in origin:
             cost = _row_parallel(event, cost, tp)

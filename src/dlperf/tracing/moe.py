@@ -27,6 +27,12 @@ as it is):
    op, plus `shared_expert(s)` when the block has them (scaled by the
    sigmoid of `shared_expert_gate` when it has one); it returns the hidden
    states only.
+3. a block whose `experts` hold 3-D (E, ., .) weights but take the routed
+   tokens alone, with a router Linear and a top-k (Llama-4's: transformers
+   runs every expert on every token, scaled by its router score, which no
+   engine does): the whole block runs as in rule 2, the top-k logits through
+   a sigmoid as Llama-4 routes, and returns (hidden states, router logits)
+   as Llama-4's block does.
 
 Gated experts (SwiGLU: gate, up and down matrices) are told by the module's
 `has_gate` (transformers) or by their number of matrices; the expert's FFN
@@ -209,12 +215,15 @@ def _routing_arguments(experts: nn.Module) -> tuple[inspect.Signature, list[str]
     return (signature, names) if len(names) == 3 else None
 
 
+def _stacked_weights(experts: nn.Module, count: int) -> bool:
+    """Its own weights are 3-D, (E, ., .), one slice per expert."""
+    stacked = [p for p in experts.parameters(recurse=False) if p.dim() == 3]
+    return bool(stacked) and all(p.shape[0] == count for p in stacked)
+
+
 def _stacked_experts(experts: nn.Module, count: int) -> bool:
     """transformers' experts module: 3-D (E, ., .) weights, called with the routing."""
-    stacked = [p for p in experts.parameters(recurse=False) if p.dim() == 3]
-    if not stacked or any(p.shape[0] != count for p in stacked):
-        return False
-    return _routing_arguments(experts) is not None
+    return _stacked_weights(experts, count) and _routing_arguments(experts) is not None
 
 
 def _is_gated(experts: nn.Module) -> bool:
@@ -276,18 +285,26 @@ def _experts_forward(module: nn.Module, experts: int, where: str):
     return forward
 
 
-def _block_forward(block: nn.Module, top_k: int, where: str):
-    """Replaces a block with a ModuleList of experts (rule 2)."""
+def _block_forward(block: nn.Module, top_k: int, where: str, count: int, stacked: bool = False):
+    """Replaces a block with a ModuleList of experts (rule 2), or with stacked
+    experts that take the routed tokens alone (rule 3: Llama-4's, whose
+    router keeps the top-k logits through a sigmoid, unnormalised, and whose
+    block returns the router's logits beside its output)."""
 
     def forward(hidden_states, *rest, **options):
         flat = hidden_states.reshape(-1, hidden_states.shape[-1])
-        probs = torch.softmax(_router_of(block)(flat), dim=-1, dtype=torch.float32)
-        top_weights, index = torch.topk(probs, top_k, dim=-1)
-        if getattr(block, "norm_topk_prob", True):
-            top_weights = top_weights / top_weights.sum(dim=-1, keepdim=True)
+        logits = nn.Linear.forward(_router_of(block), flat)  # a Linear subclass's own forward
+        if stacked:
+            top_weights, index = torch.topk(logits, top_k, dim=-1)
+            top_weights = torch.sigmoid(top_weights.float())
+        else:
+            probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+            top_weights, index = torch.topk(probs, top_k, dim=-1)
+            if getattr(block, "norm_topk_prob", True):
+                top_weights = top_weights / top_weights.sum(dim=-1, keepdim=True)
         experts = block.experts
         out = run_experts(flat, index, top_weights.to(flat.dtype), list(experts.parameters()),
-                          len(experts), _is_gated(experts), where)  # fmt: skip
+                          count, _is_gated(experts), where)  # fmt: skip
         shared = next(
             (getattr(block, n) for n in ("shared_experts", "shared_expert") if hasattr(block, n)),
             None,
@@ -296,7 +313,8 @@ def _block_forward(block: nn.Module, top_k: int, where: str):
             extra = shared(flat)
             gate = getattr(block, "shared_expert_gate", None)
             out = out + (torch.sigmoid(gate(flat)) * extra if gate is not None else extra)
-        return out.reshape(hidden_states.shape)
+        out = out.reshape(hidden_states.shape)
+        return (out, logits) if stacked else out
 
     return forward
 
@@ -320,12 +338,14 @@ def moe_replacements(model: nn.Module) -> dict[nn.Module, object]:
         count = _router_experts(block)
         if not isinstance(experts, nn.Module) or count is None:
             continue
+        top_k, linear_router = _top_k(block), isinstance(_router_of(block), nn.Linear)
         if isinstance(experts, nn.ModuleList):
-            top_k = _top_k(block)
-            if len(experts) == count and top_k and isinstance(_router_of(block), nn.Linear):
-                found[block] = _block_forward(block, top_k, path)
+            if len(experts) == count and top_k and linear_router:
+                found[block] = _block_forward(block, top_k, path, count)
         elif _stacked_experts(experts, count):
             found[experts] = _experts_forward(experts, count, f"{path}.experts")
+        elif _stacked_weights(experts, count) and top_k and linear_router:
+            found[block] = _block_forward(block, top_k, path, count, stacked=True)
     return found
 
 
