@@ -15,9 +15,11 @@ How each published field becomes a dlperf option:
   biased QKV); Mistral-Nemo `hf:mistral:...,head_dim=128` (its heads are not
   hidden / heads wide); Mixtral `hf:mixtral:...,num_local_experts=E,
   num_experts_per_tok=K` (the expert FFN as mlp). `positions` is the runs'
-  max_model_len, 4096. Llama-4 Scout (FP8 weights, interleaved MoE and dense
-  layers, chunked attention) has no config string yet: its runs are skipped
-  with that reason.
+  max_model_len, 4096. Llama-4 Scout `hf:llama4_text:...,intermediate_size=
+  EXPERT_FFN,intermediate_size_mlp=DENSE_FFN,num_local_experts=16,
+  num_experts_per_tok=1` (every layer MoE beside its shared expert; its
+  chunked attention over 8192 tokens is whole attention at 4096), in `fp8`
+  (its FP8-dynamic checkpoint).
 - `model.checkpoint_torch_dtype` -> `precision` (bfloat16: bf16, float16:
   fp16; vLLM's dtype "auto" is the checkpoint's); `hardware.gpu` -> "h100".
 - `vllm` -> `tp` (tensor_parallel_size), `max_num_batched_tokens`,
@@ -84,6 +86,8 @@ POSITIONS = 4096  # the runs' max_model_len
 DEFAULT_EXTRA = 30  # chat-template tokens where no measured prompt length is published
 DEFAULT_DURATION = 600.0  # seconds, for a stage whose duration is not published
 PRECISION = {"bfloat16": "bf16", "float16": "fp16"}
+# RedHat's FP8-dynamic checkpoints: e4m3 weights, activations quantized per token as
+# they run: vLLM's fp8 GEMMs and fp8 fused MoE (dlperf's `fp8`)
 
 
 def log(text: str) -> None:
@@ -97,11 +101,17 @@ class Skip(Exception):
 def model_name(run: dict) -> str:
     """The config string of a run's model (Skip when it has none)."""
     m, hf = run["model"], run["model_hf_id"].lower()
-    if "llama-4" in hf:
-        raise Skip("Llama-4 Scout (FP8, interleaved MoE, chunked attention) has no config string")
     head_dim = m.get("head_dim") or m["hidden"] // m["heads"]
     keys = f"layers={m['layers']},hidden={m['hidden']},heads={m['heads']},kv_heads={m['kv_heads']},"
     moe = m.get("moe")
+    if "llama-4" in hf:  # every layer MoE (top-1 of 16) beside a shared expert of the same size
+        if m.get("interleave_moe_layer_step") != 1 or not m.get("shared_expert"):
+            raise Skip(f"Llama-4 {run['model_hf_id']}: only Scout's layout is said here")
+        return (
+            f"hf:llama4_text:{keys}head_dim={head_dim},intermediate_size={moe['expert_ffn']},"
+            f"intermediate_size_mlp={m['dense_ffn_if_any']},num_local_experts={moe['num_experts']},"
+            f"num_experts_per_tok={moe['top_k']},vocab={m['vocab']},positions={POSITIONS}"
+        )
     if moe:
         if "mixtral" not in hf:
             raise Skip(f"MoE {run['model_hf_id']} has no config string")
@@ -118,6 +128,8 @@ def model_name(run: dict) -> str:
 
 def precision_of(run: dict) -> str:
     dtype = run["model"]["checkpoint_torch_dtype"]
+    if dtype.startswith("fp8-dynamic"):
+        return "fp8"
     if dtype not in PRECISION:
         raise Skip(f"checkpoint dtype {dtype!r} is not bf16/fp16")
     return PRECISION[dtype]
