@@ -61,6 +61,9 @@ def write_files(folder: Path) -> None:
         ),
         "bad_interconnect.json": json.dumps({"bandwidth_bytes_per_s": -1}),
         "afile": "not a folder\n",
+        "megatron_unclosed.sh": "python pretrain_gpt.py --num-layers 2 --hidden-size 64 \\\n"
+        "  --num-attention-heads 2 --seq-length 64 --data-path 'my data\n",
+        "vllm_unclosed.sh": 'vllm serve gpt2 --max-num-seqs 8 --served-model-name "gpt\n',
     }
     for name, text in texts.items():
         (folder / name).write_text(text)
@@ -139,6 +142,9 @@ CASES = {
     "interconnect-bad": ["plan", f"{CNN}:model", "--interconnect", "{tmp}/bad_interconnect.json"],
     "global-batch-uneven": ["plan", f"{CNN}:model", "--global-batch", "3"],
     "comm-sizes": ["measure-comm", "--sizes", "many"],
+    # config files
+    "config-megatron-unclosed-quote": ["explain-config", "{tmp}/megatron_unclosed.sh"],
+    "config-vllm-unclosed-quote": ["serve", GPT, "--config", "{tmp}/vllm_unclosed.sh"],
     # output paths
     "report-missing-folder": ["report", f"{CNN}:model", "--out", "{tmp}/nowhere/r.html"],
     "report-into-folder": ["report", f"{CNN}:model", "--out", "{tmp}"],
