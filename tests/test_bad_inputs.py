@@ -76,6 +76,8 @@ CASES = {
     "no-model-kind": ["analyze", "resnet50"],
     "empty-model-name": ["analyze", "torchvision:"],
     "hf-bad-size": ["memory", "hf:gpt2:layers=x"],
+    "hf-heads-not-dividing": ["memory", "hf:llama:layers=1,hidden=4096,heads=7"],
+    "hf-kv-heads-not-dividing": ["memory", "hf:llama:layers=1,hidden=256,heads=8,kv_heads=3"],
     "gpu-typo": ["analyze", f"{CNN}:model", "--gpu", "h1000"],
     "gemm-gpu-typo": ["gemm", "1", "2", "3", "--gpu", "a10O"],
     "precision-choice": ["analyze", f"{CNN}:model", "--precision", "fp8"],
