@@ -63,6 +63,9 @@ def write_files(folder: Path) -> None:
         "afile": "not a folder\n",
         "megatron_unclosed.sh": "python pretrain_gpt.py --num-layers 2 --hidden-size 64 \\\n"
         "  --num-attention-heads 2 --seq-length 64 --data-path 'my data\n",
+        "timed.jsonl": '{"input_len": 8, "output_len": 2, "arrival_s": 0}\n' * 3,
+        "partly_timed.jsonl": '{"input_len": 8, "output_len": 2, "arrival_s": 0}\n'
+        '{"input_len": 8, "output_len": 2}\n',
         "vllm_unclosed.sh": 'vllm serve gpt2 --max-num-seqs 8 --served-model-name "gpt\n',
     }
     for name, text in texts.items():
@@ -191,6 +194,18 @@ CASES = {
         "serve", GPT, "--request-rate", "1", "--dataset", "random:in=40,out=10",
         "--max-model-len", "32",
     ],  # fmt: skip
+    # issue 36, items 6 and 8: a file of timestamps sets the arrivals
+    "serve-timed-with-rate": [
+        "serve", GPT, "--dataset", "{tmp}/timed.jsonl", "--request-rate", "9",
+    ],  # fmt: skip
+    "serve-timed-stages": ["serve", GPT, "--dataset", "{tmp}/timed.jsonl", "--stages", "1x3"],
+    "serve-timed-max-rate": [
+        "serve", GPT, "--dataset", "{tmp}/timed.jsonl", "--find-max-rate", "--slo", "ttft=1s",
+    ],  # fmt: skip
+    "serve-timed-past-its-lines": [
+        "serve", GPT, "--dataset", "{tmp}/timed.jsonl", "--num-prompts", "4",
+    ],  # fmt: skip
+    "serve-partly-timed": ["serve", GPT, "--dataset", "{tmp}/partly_timed.jsonl"],
     "serve-batch-in-simulation": ["serve", GPT, "--request-rate", "1", "--batch", "4"],
     "serve-engine-flag-static": ["serve", GPT, "--max-num-seqs", "8"],
     "serve-speculative-json": ["serve", GPT, "--speculative-config", "{k: 4}"],
@@ -202,6 +217,22 @@ def test_hints_name_what_the_verb_takes(capsys):
     # issue 21, item 6: serve suggested --precision amp-fp16 (or auto), which serve refuses
     code, _, err = run(capsys, ["serve", GPT, "--gpu", "t4", "--precision", "bf16"])
     assert code == 2 and "use --precision fp16" in err and "amp" not in err
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--request-rate", "9"], "drop --request-rate"),
+        (["--find-max-rate", "--slo", "ttft=1s"], "drop --find-max-rate"),
+        (["--num-prompts", "4"], "more requests than the 3 with arrival_s"),
+    ],
+)
+def test_a_file_of_timestamps_names_the_flag_that_clashes(capsys, tmp_path, flags, says):
+    # issue 36, items 6 and 8: each was "give arrival_s on every line" (the default
+    # --num-prompts 1000), or the rate was printed and the file's arrivals used
+    write_files(tmp_path)
+    code, _, err = run(capsys, ["serve", GPT, "--dataset", f"{tmp_path}/timed.jsonl", *flags])
+    assert code == 2 and says in err
 
 
 def test_a_model_with_nothing_to_train_is_told_so(capsys, tmp_path):

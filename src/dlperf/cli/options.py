@@ -500,7 +500,7 @@ SIMULATION = (
         api="num_prompts",
         type=positive_int,
         metavar="N",
-        help="requests simulated (1000)",
+        help="requests simulated (1000; a FILE.jsonl with arrival_s: its lines)",
     ),
     option(
         "--dataset",
