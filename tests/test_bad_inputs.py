@@ -235,6 +235,21 @@ def test_a_file_of_timestamps_names_the_flag_that_clashes(capsys, tmp_path, flag
     assert code == 2 and says in err
 
 
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["gemm", "8", "8", "8", "--gpu", "{tmp}"], "is a folder: give a .toml or .json spec"),
+        (["gemm", "8", "8", "8", "--gpu", "{tmp}/no.toml"], "or a GPU of the catalogue"),
+        (["trace", "{tmp}"], "is a folder: give one profiler trace file"),
+        (["trace", "{tmp}/no.json"], "give the path of a PyTorch profiler trace"),
+    ],
+)
+def test_a_missing_or_folder_path_says_what_was_expected(capsys, tmp_path, argv, says):
+    # issue 36, item 6: each said only "does not exist"
+    code, _, err = run(capsys, [a.replace("{tmp}", str(tmp_path)) for a in argv])
+    assert code == 2 and says in err and err.count("\n") == 1
+
+
 def test_a_model_with_nothing_to_train_is_told_so(capsys, tmp_path):
     # issue 21, item 6: it was blamed on "tracing failed in (loss)"
     write_files(tmp_path)

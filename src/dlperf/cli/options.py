@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass, replace
+from decimal import Decimal, InvalidOperation
 
 from ..dtypes import DTYPES
 from ..errors import DlperfError
@@ -47,11 +48,26 @@ def optional(positional: Option) -> Option:
 # -- argument types -----------------------------------------------------------
 
 
-def positive_int(text: str) -> int:
+def whole_number(text: str) -> int:
+    """An integer, written plainly or as a number with nothing after the point
+    (1e9, 2.0: what a user types for a billion tokens)."""
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        pass
+    try:
+        number = Decimal(text.strip())
+    except InvalidOperation:
+        number = None
+    if number is None or not number.is_finite() or number != number.to_integral_value():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    if number.adjusted() > 18:  # int() of 1e999999999 would build a billion digits
+        raise argparse.ArgumentTypeError(f"{text} is too large")
+    return int(number)
+
+
+def positive_int(text: str) -> int:
+    value = whole_number(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text} must be positive")
     return value

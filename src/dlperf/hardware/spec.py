@@ -526,8 +526,13 @@ def check_settings(spec: HardwareSpec, where: str) -> None:
 def load_spec_file(path: str | Path) -> HardwareSpec:
     """Read a TOML or JSON spec file. Parsing data never runs code."""
     path = Path(path)
+    if path.is_dir():
+        raise DlperfError(f"spec file {path} is a folder: give a .toml or .json spec file in it")
     if not path.is_file():
-        raise DlperfError(f"spec file {path} does not exist")
+        raise DlperfError(
+            f"spec file {path} does not exist: give the path of a .toml or .json spec "
+            "file, or a GPU of the catalogue (`dlperf gpus` lists them)"
+        )
     try:
         if path.suffix.lower() == ".json":
             raw = json.loads(path.read_text())
