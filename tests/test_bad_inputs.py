@@ -206,6 +206,16 @@ CASES = {
         "serve", GPT, "--dataset", "{tmp}/timed.jsonl", "--num-prompts", "4",
     ],  # fmt: skip
     "serve-partly-timed": ["serve", GPT, "--dataset", "{tmp}/partly_timed.jsonl"],
+    # issue 36, item 8: vLLM refuses these engines
+    "serve-step-tokens-below-seqs": [
+        "serve", GPT, "--input-len", "8", "--output-len", "4", "--max-num-batched-tokens", "1",
+    ],  # fmt: skip
+    "serve-block-size-7": [
+        "serve", GPT, "--input-len", "8", "--output-len", "4", "--block-size", "7",
+    ],  # fmt: skip
+    "serve-slo-key-twice": [
+        "serve", GPT, "--dataset", "random:in=8,out=4", "--slo", "ttft=1s,ttft=2s",
+    ],  # fmt: skip
     "serve-batch-in-simulation": ["serve", GPT, "--request-rate", "1", "--batch", "4"],
     "serve-engine-flag-static": ["serve", GPT, "--max-num-seqs", "8"],
     "serve-speculative-json": ["serve", GPT, "--speculative-config", "{k: 4}"],

@@ -678,7 +678,8 @@ SERVE = (
         api="block_size",
         type=positive_int,
         default=16,
-        help="tokens per KV cache block; a sequence holds whole blocks (default: 16)",
+        help="tokens per KV cache block, as vLLM takes them (1, 8, 16, 32, 64 or 128); a "
+        "sequence holds whole blocks (default: 16)",
     ),
     option(
         "--speculative-config",

@@ -63,7 +63,9 @@ def parse_slo(text: str) -> Slo:
     for part in text.split(","):
         key, eq, value = part.strip().partition("=")
         match = re.fullmatch(r"([0-9.]+(?:e-?[0-9]+)?)\s*(ms|s|us)?", value.strip())
-        if not eq or key not in ("ttft", "tpot", "e2e") or not match or key in found:
+        if f"{key}_s" in found:
+            raise DlperfError(f"--slo {text!r} gives {key} twice: give each limit once")
+        if not eq or key not in ("ttft", "tpot", "e2e") or not match:
             raise DlperfError(
                 f"--slo {text!r}: expected ttft=500ms,tpot=50ms (keys ttft, tpot, e2e; "
                 f"units ms, s or us), not {part!r}"
