@@ -93,6 +93,7 @@ CASES = {
     "advise-no-model": ["advise"],
     "unknown-sweep": ["sweep", "nope"],
     "unknown-verb": ["analyse", "hf:gpt2"],
+    "torch-version-unknown": ["analyze", f"{CNN}:model", "--torch-version", "3.0"],
     # a precision the GPU lacks
     "bf16-on-v100": ["analyze", f"{CNN}:model", "--gpu", "v100", "--precision", "amp-bf16"],
     "tf32-on-v100": ["analyze", f"{CNN}:model", "--gpu", "v100", "--precision", "tf32"],
@@ -101,6 +102,13 @@ CASES = {
     # sizes
     "gemm-zero": ["gemm", "0", "2", "3"],
     "gemm-overflow": ["gemm", "99999999999", "99999999999", "99999999999"],
+    # issue 36, item 9: only an oversized A was refused (C here: 2**48 values, 512 TiB)
+    "gemm-output-past-memory": ["gemm", "16777216", "16777216", "1"],
+    "gemm-operands-past-memory": ["gemm", "1", "2", "99999999999"],
+    "serve-quant-group-past-rows": [
+        "serve", "hf:gpt2:layers=2,hidden=96,heads=2,vocab=128,positions=512",
+        "--precision", "int4-weight", "--quant-group", "128",
+    ],  # fmt: skip
     "gemm-not-a-number": ["gemm", "1", "2", "x"],
     "gemm-batch-zero": ["gemm", "1", "1", "1", "--batch", "0"],
     "batch-zero": ["analyze", f"{CNN}:model", "--batch", "0"],

@@ -29,7 +29,7 @@ from .memory import (
     kv_bytes_per_token,
     workspace_bytes,
 )
-from .quant import Scheme, kv_dtype_for, scheme_for, weight_bytes
+from .quant import Scheme, check_group, kv_dtype_for, scheme_for, weight_bytes
 from .steps import Engine, Step, StepTracer
 from .timeline import Timeline
 
@@ -137,6 +137,7 @@ def deploy(model, config: RunConfig, session: Session | None = None, fused: bool
             f"heads evenly: use --tp {splits[:40]}"
         )
     blocks = repeated_blocks(run.module)
+    check_group(run.module, blocks, scheme)
     if pp > max(1, len(blocks)):
         raise DlperfError(f"--pp {pp} is more stages than the model's {len(blocks)} layers")
     engine = Engine(spec, scheme, kv_dtype, tp, fused, par.gpus_per_node,
