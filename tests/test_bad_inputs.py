@@ -153,6 +153,10 @@ CASES = {
     "gpus-zero": ["plan", f"{CNN}:model", "--gpus", "0"],
     "interconnect-missing": ["plan", f"{CNN}:model", "--interconnect", "{tmp}/missing.json"],
     "interconnect-bad": ["plan", f"{CNN}:model", "--interconnect", "{tmp}/bad_interconnect.json"],
+    # issue 36, item 11
+    "plan-gpus-twice": ["plan", f"{CNN}:model", "--gpus", "8,8", "--steps", "10"],
+    "plan-steps-and-tokens": ["plan", GPT, "--steps", "10", "--tokens", "1000"],
+    "analyze-steps-and-tokens": ["analyze", f"{CNN}:model", "--steps", "10", "--tokens", "1000"],
     "global-batch-uneven": ["plan", f"{CNN}:model", "--global-batch", "3"],
     "comm-sizes": ["measure-comm", "--sizes", "many"],
     # config files

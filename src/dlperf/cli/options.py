@@ -93,7 +93,11 @@ def fraction(text: str) -> float:
 
 def gpu_counts(text: str) -> list[int]:
     """--gpus of plan: one count, or several separated by commas."""
-    return [positive_int(part) for part in text.split(",")]
+    counts = [positive_int(part) for part in text.split(",")]
+    twice = next((c for i, c in enumerate(counts) if c in counts[:i]), None)
+    if twice is not None:
+        raise argparse.ArgumentTypeError(f"{text} names {twice} twice: give each count once")
+    return counts
 
 
 def byte_sizes(text: str) -> list[int]:
@@ -421,8 +425,18 @@ PLAN = (
 
 # A training run's length and price: its time, energy and cost (analyze).
 RUN_TOTALS = (
-    option("--steps", type=positive_int, help="the run's steps: its time, energy and cost"),
-    option("--tokens", type=positive_int, help="the run's tokens (instead of --steps)"),
+    option(
+        "--steps",
+        type=positive_int,
+        exclusive="run-length",
+        help="the run's steps: its time, energy and cost",
+    ),
+    option(
+        "--tokens",
+        type=positive_int,
+        exclusive="run-length",
+        help="the run's tokens (instead of --steps)",
+    ),
     option(
         "--price-per-gpu-hour",
         type=positive_float,
