@@ -119,6 +119,20 @@ def test_fused_attention():
     assert not rules_fired(Fused(), meta(4, 8, 512, 64), training=False, rules=["fused-attention"])
 
 
+class Scaled(nn.Module):
+    """Point-wise ops in the root module's own forward (module path "")."""
+
+    def forward(self, x):
+        return (x * 2 + 1).relu()
+
+
+def test_a_finding_names_the_root_module():
+    # issue 36, item 14: the latency-bound list started with an empty module name
+    found = rules_fired(Scaled(), meta(2, 64), training=False, rules=["latency-bound"])
+    modules = found["latency-bound"].modules
+    assert "" not in modules and "(model)" in modules
+
+
 def test_latency_and_small_batch():
     found = rules_fired(
         nn.Sequential(nn.Linear(64, 64), nn.ReLU()), meta(2, 64), rules=["latency-bound"]

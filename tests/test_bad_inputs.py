@@ -61,6 +61,12 @@ def write_files(folder: Path) -> None:
         ),
         "bad_interconnect.json": json.dumps({"bandwidth_bytes_per_s": -1}),
         "afile": "not a folder\n",
+        "megatron_unclosed.sh": "python pretrain_gpt.py --num-layers 2 --hidden-size 64 \\\n"
+        "  --num-attention-heads 2 --seq-length 64 --data-path 'my data\n",
+        "timed.jsonl": '{"input_len": 8, "output_len": 2, "arrival_s": 0}\n' * 3,
+        "partly_timed.jsonl": '{"input_len": 8, "output_len": 2, "arrival_s": 0}\n'
+        '{"input_len": 8, "output_len": 2}\n',
+        "vllm_unclosed.sh": 'vllm serve gpt2 --max-num-seqs 8 --served-model-name "gpt\n',
     }
     for name, text in texts.items():
         (folder / name).write_text(text)
@@ -73,6 +79,8 @@ CASES = {
     "no-model-kind": ["analyze", "resnet50"],
     "empty-model-name": ["analyze", "torchvision:"],
     "hf-bad-size": ["memory", "hf:gpt2:layers=x"],
+    "hf-heads-not-dividing": ["memory", "hf:llama:layers=1,hidden=4096,heads=7"],
+    "hf-kv-heads-not-dividing": ["memory", "hf:llama:layers=1,hidden=256,heads=8,kv_heads=3"],
     "gpu-typo": ["analyze", f"{CNN}:model", "--gpu", "h1000"],
     "gemm-gpu-typo": ["gemm", "1", "2", "3", "--gpu", "a10O"],
     "precision-choice": ["analyze", f"{CNN}:model", "--precision", "fp8"],
@@ -85,6 +93,7 @@ CASES = {
     "advise-no-model": ["advise"],
     "unknown-sweep": ["sweep", "nope"],
     "unknown-verb": ["analyse", "hf:gpt2"],
+    "torch-version-unknown": ["analyze", f"{CNN}:model", "--torch-version", "3.0"],
     # a precision the GPU lacks
     "bf16-on-v100": ["analyze", f"{CNN}:model", "--gpu", "v100", "--precision", "amp-bf16"],
     "tf32-on-v100": ["analyze", f"{CNN}:model", "--gpu", "v100", "--precision", "tf32"],
@@ -93,6 +102,13 @@ CASES = {
     # sizes
     "gemm-zero": ["gemm", "0", "2", "3"],
     "gemm-overflow": ["gemm", "99999999999", "99999999999", "99999999999"],
+    # issue 36, item 9: only an oversized A was refused (C here: 2**48 values, 512 TiB)
+    "gemm-output-past-memory": ["gemm", "16777216", "16777216", "1"],
+    "gemm-operands-past-memory": ["gemm", "1", "2", "99999999999"],
+    "serve-quant-group-past-rows": [
+        "serve", "hf:gpt2:layers=2,hidden=96,heads=2,vocab=128,positions=512",
+        "--precision", "int4-weight", "--quant-group", "128",
+    ],  # fmt: skip
     "gemm-not-a-number": ["gemm", "1", "2", "x"],
     "gemm-batch-zero": ["gemm", "1", "1", "1", "--batch", "0"],
     "batch-zero": ["analyze", f"{CNN}:model", "--batch", "0"],
@@ -137,8 +153,15 @@ CASES = {
     "gpus-zero": ["plan", f"{CNN}:model", "--gpus", "0"],
     "interconnect-missing": ["plan", f"{CNN}:model", "--interconnect", "{tmp}/missing.json"],
     "interconnect-bad": ["plan", f"{CNN}:model", "--interconnect", "{tmp}/bad_interconnect.json"],
+    # issue 36, item 11
+    "plan-gpus-twice": ["plan", f"{CNN}:model", "--gpus", "8,8", "--steps", "10"],
+    "plan-steps-and-tokens": ["plan", GPT, "--steps", "10", "--tokens", "1000"],
+    "analyze-steps-and-tokens": ["analyze", f"{CNN}:model", "--steps", "10", "--tokens", "1000"],
     "global-batch-uneven": ["plan", f"{CNN}:model", "--global-batch", "3"],
     "comm-sizes": ["measure-comm", "--sizes", "many"],
+    # config files
+    "config-megatron-unclosed-quote": ["explain-config", "{tmp}/megatron_unclosed.sh"],
+    "config-vllm-unclosed-quote": ["serve", GPT, "--config", "{tmp}/vllm_unclosed.sh"],
     # output paths
     "report-missing-folder": ["report", f"{CNN}:model", "--out", "{tmp}/nowhere/r.html"],
     "report-into-folder": ["report", f"{CNN}:model", "--out", "{tmp}"],
@@ -183,6 +206,28 @@ CASES = {
         "serve", GPT, "--request-rate", "1", "--dataset", "random:in=40,out=10",
         "--max-model-len", "32",
     ],  # fmt: skip
+    # issue 36, items 6 and 8: a file of timestamps sets the arrivals
+    "serve-timed-with-rate": [
+        "serve", GPT, "--dataset", "{tmp}/timed.jsonl", "--request-rate", "9",
+    ],  # fmt: skip
+    "serve-timed-stages": ["serve", GPT, "--dataset", "{tmp}/timed.jsonl", "--stages", "1x3"],
+    "serve-timed-max-rate": [
+        "serve", GPT, "--dataset", "{tmp}/timed.jsonl", "--find-max-rate", "--slo", "ttft=1s",
+    ],  # fmt: skip
+    "serve-timed-past-its-lines": [
+        "serve", GPT, "--dataset", "{tmp}/timed.jsonl", "--num-prompts", "4",
+    ],  # fmt: skip
+    "serve-partly-timed": ["serve", GPT, "--dataset", "{tmp}/partly_timed.jsonl"],
+    # issue 36, item 8: vLLM refuses these engines
+    "serve-step-tokens-below-seqs": [
+        "serve", GPT, "--input-len", "8", "--output-len", "4", "--max-num-batched-tokens", "1",
+    ],  # fmt: skip
+    "serve-block-size-7": [
+        "serve", GPT, "--input-len", "8", "--output-len", "4", "--block-size", "7",
+    ],  # fmt: skip
+    "serve-slo-key-twice": [
+        "serve", GPT, "--dataset", "random:in=8,out=4", "--slo", "ttft=1s,ttft=2s",
+    ],  # fmt: skip
     "serve-batch-in-simulation": ["serve", GPT, "--request-rate", "1", "--batch", "4"],
     "serve-engine-flag-static": ["serve", GPT, "--max-num-seqs", "8"],
     "serve-speculative-json": ["serve", GPT, "--speculative-config", "{k: 4}"],
@@ -194,6 +239,37 @@ def test_hints_name_what_the_verb_takes(capsys):
     # issue 21, item 6: serve suggested --precision amp-fp16 (or auto), which serve refuses
     code, _, err = run(capsys, ["serve", GPT, "--gpu", "t4", "--precision", "bf16"])
     assert code == 2 and "use --precision fp16" in err and "amp" not in err
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--request-rate", "9"], "drop --request-rate"),
+        (["--find-max-rate", "--slo", "ttft=1s"], "drop --find-max-rate"),
+        (["--num-prompts", "4"], "more requests than the 3 with arrival_s"),
+    ],
+)
+def test_a_file_of_timestamps_names_the_flag_that_clashes(capsys, tmp_path, flags, says):
+    # issue 36, items 6 and 8: each was "give arrival_s on every line" (the default
+    # --num-prompts 1000), or the rate was printed and the file's arrivals used
+    write_files(tmp_path)
+    code, _, err = run(capsys, ["serve", GPT, "--dataset", f"{tmp_path}/timed.jsonl", *flags])
+    assert code == 2 and says in err
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["gemm", "8", "8", "8", "--gpu", "{tmp}"], "is a folder: give a .toml or .json spec"),
+        (["gemm", "8", "8", "8", "--gpu", "{tmp}/no.toml"], "or a GPU of the catalogue"),
+        (["trace", "{tmp}"], "is a folder: give one profiler trace file"),
+        (["trace", "{tmp}/no.json"], "give the path of a PyTorch profiler trace"),
+    ],
+)
+def test_a_missing_or_folder_path_says_what_was_expected(capsys, tmp_path, argv, says):
+    # issue 36, item 6: each said only "does not exist"
+    code, _, err = run(capsys, [a.replace("{tmp}", str(tmp_path)) for a in argv])
+    assert code == 2 and says in err and err.count("\n") == 1
 
 
 def test_a_model_with_nothing_to_train_is_told_so(capsys, tmp_path):

@@ -57,6 +57,14 @@ def test_plan_json_lists_the_choices_and_the_chosen_plans(capsys):
     assert doc["choices"][0]["cost"] is None  # no price: GPU-hours rank it
 
 
+def test_a_cost_ranking_without_a_price_says_it_ranks_gpu_hours(capsys):
+    # issue 36, item 11: the title said "by cost" above a cost column of "-"
+    flags = "--gpu a100 --gpus 8,64 --global-batch 64 --micro-batch 1 --seq-len 256 --tp 1 "
+    flags += "--pp 1 --sharding none --checkpoint none --tokens 1000000000 --rank cost"
+    assert main(["plan", MODEL, *flags.split()]) == 0
+    assert "best first by GPU-hours" in capsys.readouterr().out
+
+
 def test_a_run_needs_its_length():
     reports = [dlperf.plan(MODEL, gpus=8, **FIXED)]
     with pytest.raises(DlperfError, match="--tokens N or --steps N"):

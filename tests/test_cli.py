@@ -450,3 +450,21 @@ def test_json_follows_top_and_depth(capsys):
         assert main(["analyze", model, "--depth", str(depth), "--json"]) == 0
         modules = json.loads(capsys.readouterr().out)["modules"]
         assert max(name.count(".") + 1 for name in modules if name) == deepest
+
+
+def test_whole_numbers_may_be_written_with_an_exponent():
+    # issue 36, item 6: --tokens 1e9 was "not a whole number"
+    import argparse
+
+    from dlperf.cli.options import positive_int
+
+    assert positive_int("1e9") == 1_000_000_000 and positive_int("2.0") == 2
+    for text in ("1.5", "nan", "inf", "1e999999999", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            positive_int(text)
+
+
+def test_gpus_spec_takes_a_catalogue_name(capsys):
+    # issue 36, item 6: `gpus --spec h100` said "spec file h100 does not exist"
+    code, out, _ = run(capsys, "gpus", "--spec", "h100", "--json")
+    assert code == 0 and json.loads(out)["spec"]["id"] == "h100-sxm5-80gb"

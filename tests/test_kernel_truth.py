@@ -327,3 +327,19 @@ def test_gh200_reaches_a_higher_ceiling_than_the_h100_sxm():
     assert math.isclose(
         dlperf.gpu("b200").efficiency.tensor_ceiling_efficiency * 2250, 1745, rel_tol=1e-3
     )
+
+
+def test_pytorch_2_0_and_2_1_run_flash_attention_1():
+    # issue 36, item 9: 2.0 said FlashAttention-2, which PyTorch's flash kernel became in 2.2
+    shape = _shape()
+    assert choose_backend(dlperf.gpu("a100", torch_version="2.0"), shape)[0] == "flash1"
+    assert choose_backend(dlperf.gpu("a100", torch_version="2.1.2"), shape)[0] == "flash1"
+    assert choose_backend(dlperf.gpu("a100", torch_version="2.1"), shape, "flash")[0] == "flash1"
+    assert choose_backend(dlperf.gpu("a100", torch_version="2.2"), shape)[0] == "flash"
+
+
+@pytest.mark.parametrize("version", ["9.9", "3.0", "0.4"])
+def test_a_pytorch_version_dlperf_does_not_know_is_refused(version):
+    # issue 36, item 9: each was accepted and priced as FlashAttention-2
+    with pytest.raises(DlperfError, match=f"{version} is not a PyTorch release dlperf knows"):
+        dlperf.gpu("h100", torch_version=version)

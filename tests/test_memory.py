@@ -152,6 +152,15 @@ def test_fit_offers_no_sequence_longer_than_the_position_table():
         "hf:gpt2:layers=2", gpu="a100", precision="amp-bf16", batch=1, seq_len=128, fit=True
     )
     assert r.max_seq_len == 1024
+    # issue 36, item 14: the report said "largest sequence 1024" without saying why
+    assert r.max_seq_len_position_limit == 1024
+    from rich.console import Console
+
+    from dlperf.rendering.terminal.memory import memory_report
+
+    console = Console(record=True, width=200)
+    memory_report(r, console=console)
+    assert "1024 (the model's position limit" in console.export_text()
 
 
 def test_framework_memory_is_spec_data_per_family():

@@ -218,3 +218,31 @@ def test_a_new_layer_count_resizes_the_per_layer_lists():
     assert gemma.layer_types == ["sliding_attention"] * 5 + ["full_attention"] + [
         "sliding_attention"
     ] * 2
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        # issue 36, item 5: a tensor-broadcast error from llama's rotary code before
+        ("hf:llama:layers=1,hidden=4096,heads=7", "hidden 4096 is not divisible by heads=7"),
+        ("hf:llama:layers=1,hidden=256,heads=8,kv_heads=3", "heads 8 is not divisible by kv_heads"),
+    ],
+)
+def test_hf_heads_that_do_not_divide_are_refused(spec, message):
+    pytest.importorskip("transformers")
+    with pytest.raises(DlperfError, match=message):
+        load_model(spec, batch=1, seq_len=8)
+
+
+def test_a_config_validation_error_is_shown_whole(tmp_path):
+    """transformers' validators announce the reason on the next line; the
+    refusal used to stop at "validator 'validate_architecture':"."""
+    pytest.importorskip("transformers")
+    config = tmp_path / "config.json"
+    fields = {"model_type": "llama", "hidden_size": 500, "num_attention_heads": 8,
+              "num_hidden_layers": 1, "vocab_size": 128, "intermediate_size": 64}  # fmt: skip
+    config.write_text(json.dumps(fields))
+    with pytest.raises(DlperfError) as err:
+        load_model(f"hf:{config}", batch=1, seq_len=8)
+    assert "\n" not in str(err.value) and not str(err.value).endswith(":")
+    assert "500" in str(err.value)

@@ -373,3 +373,18 @@ def test_a_malformed_slo_names_the_part_it_could_not_read():
     for text in ("ttft=", "ttft=abc", "foo=5ms"):
         with pytest.raises(DlperfError, match=f"not {text!r}"):
             parse_slo(text)
+
+
+def test_a_file_of_timestamps_sends_its_requests_at_them(tmp_path, capsys):
+    """issue 36, items 6 and 8: with --num-prompts left at its default (1000) a
+    trace of 3 timed requests was refused as if arrival_s were missing."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(
+        json.dumps({"input_len": 8, "output_len": 2, "arrival_s": t}) + "\n" for t in (0, 1, 2)
+    ))  # fmt: skip
+    model = "hf:gpt2:layers=1,hidden=64,heads=2,vocab=128,positions=64"
+    assert main(["serve", model, "--dataset", str(trace), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    # 3 requests 1 s apart: 2 gaps over 2 s, 1 request/s
+    assert doc["num_prompts"] == 3 and doc["request_rate"] == pytest.approx(1.0)
+    assert any("arrival_s" in note for note in doc["notes"])

@@ -35,9 +35,20 @@ class InternalError(RuntimeError):
 
 
 def first_line(err: BaseException, limit: int = 300) -> str:
-    """The first line of an exception's message (its type name if it has none)."""
-    lines = str(err).strip().splitlines()
-    return (lines[0] if lines else type(err).__name__)[:limit]
+    """The first line of an exception's message (its type name if it has none).
+
+    A line that ends in a colon announces the next one (pydantic's and
+    transformers' "validation error for ...:"), so the two are shown together
+    rather than a sentence cut off at its colon."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(err).__name__[:limit]
+    shown = lines[0]
+    for line in lines[1:]:
+        if not shown.endswith(":"):
+            break
+        shown = f"{shown} {line}"
+    return shown[:limit]
 
 
 def innermost_frame(err: BaseException):

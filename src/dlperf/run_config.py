@@ -106,6 +106,10 @@ class ParallelConfig:
     measured_interconnect: dict | None = field(default=None, hash=False)
 
 
+# The KV cache block sizes vLLM's CacheConfig takes (its BlockSize literal).
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
+
+
 @dataclass(frozen=True)
 class ServingConfig:
     """The serving engine (vLLM's settings) and, for a simulation, its load."""
@@ -313,6 +317,11 @@ def _check_values(config: RunConfig) -> None:
                  "max_model_len"):  # fmt: skip
         _whole(name, getattr(serving, name))
     _whole("seed", serving.seed, minimum=0)
+    if serving.block_size not in BLOCK_SIZES:
+        raise DlperfError(
+            f"--block-size {serving.block_size} is not a KV cache block size vLLM takes: "
+            f"choose from {', '.join(map(str, BLOCK_SIZES))}"
+        )
     network = par.node_network_bytes_per_s
     if network is not None and not 0 < network < math.inf:
         raise DlperfError("the inter-node network bandwidth must be a positive number")

@@ -35,6 +35,14 @@ class Rule:
     changes_outputs: bool = False
 
 
+ROOT_MODULE = "(model)"  # how a finding names the model's own forward
+
+
+def module_path(name: str) -> str:
+    """The module path a finding's module name stands for ("" for the root)."""
+    return "" if name == ROOT_MODULE else name
+
+
 @dataclass
 class Finding(Jsonable):
     rule: str
@@ -46,6 +54,10 @@ class Finding(Jsonable):
     gain_fraction: float = 0.0
     gain_memory_bytes: float = 0.0
     how: str = "re-analysed with the fix applied"
+
+    def __post_init__(self):
+        # the root module's own ops carry an empty path: named, never a blank entry
+        self.modules = [m or ROOT_MODULE for m in self.modules]
 
 
 def rule(

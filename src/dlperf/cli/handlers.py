@@ -19,12 +19,10 @@ from .options import byte_sizes, device_settings, run_config, run_options
 
 
 def cmd_gpus(args: Namespace) -> None:
-    from ..hardware import gpus
+    from ..hardware import gpu, gpus
 
     if args.spec:
-        from ..hardware.spec import load_spec_file
-
-        spec = load_spec_file(args.spec)
+        spec = gpu(args.spec)  # a spec file, or a catalogue GPU by name
         return show(spec, text.spec_report, args.json, document=text.spec_document)
     show(gpus(), text.gpus_table, args.json, document=text.gpus_document)
 

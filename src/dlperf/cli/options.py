@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass, replace
+from decimal import Decimal, InvalidOperation
 
 from ..dtypes import DTYPES
 from ..errors import DlperfError
@@ -47,11 +48,26 @@ def optional(positional: Option) -> Option:
 # -- argument types -----------------------------------------------------------
 
 
-def positive_int(text: str) -> int:
+def whole_number(text: str) -> int:
+    """An integer, written plainly or as a number with nothing after the point
+    (1e9, 2.0: what a user types for a billion tokens)."""
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        pass
+    try:
+        number = Decimal(text.strip())
+    except InvalidOperation:
+        number = None
+    if number is None or not number.is_finite() or number != number.to_integral_value():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    if number.adjusted() > 18:  # int() of 1e999999999 would build a billion digits
+        raise argparse.ArgumentTypeError(f"{text} is too large")
+    return int(number)
+
+
+def positive_int(text: str) -> int:
+    value = whole_number(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text} must be positive")
     return value
@@ -77,7 +93,11 @@ def fraction(text: str) -> float:
 
 def gpu_counts(text: str) -> list[int]:
     """--gpus of plan: one count, or several separated by commas."""
-    return [positive_int(part) for part in text.split(",")]
+    counts = [positive_int(part) for part in text.split(",")]
+    twice = next((c for i, c in enumerate(counts) if c in counts[:i]), None)
+    if twice is not None:
+        raise argparse.ArgumentTypeError(f"{text} names {twice} twice: give each count once")
+    return counts
 
 
 def byte_sizes(text: str) -> list[int]:
@@ -405,8 +425,18 @@ PLAN = (
 
 # A training run's length and price: its time, energy and cost (analyze).
 RUN_TOTALS = (
-    option("--steps", type=positive_int, help="the run's steps: its time, energy and cost"),
-    option("--tokens", type=positive_int, help="the run's tokens (instead of --steps)"),
+    option(
+        "--steps",
+        type=positive_int,
+        exclusive="run-length",
+        help="the run's steps: its time, energy and cost",
+    ),
+    option(
+        "--tokens",
+        type=positive_int,
+        exclusive="run-length",
+        help="the run's tokens (instead of --steps)",
+    ),
     option(
         "--price-per-gpu-hour",
         type=positive_float,
@@ -500,7 +530,7 @@ SIMULATION = (
         api="num_prompts",
         type=positive_int,
         metavar="N",
-        help="requests simulated (1000)",
+        help="requests simulated (1000; a FILE.jsonl with arrival_s: its lines)",
     ),
     option(
         "--dataset",
@@ -662,7 +692,8 @@ SERVE = (
         api="block_size",
         type=positive_int,
         default=16,
-        help="tokens per KV cache block; a sequence holds whole blocks (default: 16)",
+        help="tokens per KV cache block, as vLLM takes them (1, 8, 16, 32, 64 or 128); a "
+        "sequence holds whole blocks (default: 16)",
     ),
     option(
         "--speculative-config",

@@ -59,7 +59,13 @@ VERBS = (
         "gpus",
         "list the bundled GPU catalogue, or show one spec file",
         do.cmd_gpus,
-        (option("--spec", help="a spec file: its facts, and what a trace calibrated"), *JSON),
+        (
+            option(
+                "--spec",
+                help="a spec file or a catalogue GPU: its facts, and what a trace calibrated",
+            ),
+            *JSON,
+        ),
     ),
     Verb("models", "list the bundled checkpoints hf:ORG/NAME builds offline", do.cmd_models, JSON),
     Verb(

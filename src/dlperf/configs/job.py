@@ -9,6 +9,7 @@ can show the translation and nothing is dropped unseen.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 
 from ..errors import DlperfError
@@ -122,6 +123,19 @@ class Job:
 def bad(path: str, where: str, what: str) -> DlperfError:
     """A malformed config: one line naming the file, the place and the field."""
     return DlperfError(f"{path}: {where}: {what}")
+
+
+def shell_words(text: str, path: str) -> list[str]:
+    """The words of a launch script, as the shell splits them: line
+    continuations joined, `#` comments dropped."""
+    lines = [line.split("#", 1)[0] for line in text.replace("\\\n", " ").splitlines()]
+    try:
+        return shlex.split(" ".join(lines))
+    except ValueError as err:  # shlex's "No closing quotation" / "No escaped character"
+        raise DlperfError(
+            f"{path}: not a shell command line ({str(err).lower()}): close the quote "
+            "or escape the character"
+        ) from None
 
 
 def positive(path: str, name: str, value) -> int:

@@ -16,9 +16,7 @@ data-parallel ranks (ZeRO-1); gradients are reduced in fp32 unless
 
 from __future__ import annotations
 
-import shlex
-
-from .job import Job, bad
+from .job import Job, bad, shell_words
 
 # flag -> whether it takes a value
 FLAGS_WITH_VALUES = {
@@ -53,9 +51,8 @@ def looks_like(text: str) -> bool:
     return "--num-layers" in text and "--hidden-size" in text
 
 
-def _arguments(text: str) -> list[str]:
-    lines = [line.split("#", 1)[0] for line in text.replace("\\\n", " ").splitlines()]
-    words = shlex.split(" ".join(lines))
+def _arguments(text: str, path: str) -> list[str]:
+    words = shell_words(text, path)
     # after the training script (`torchrun ... pretrain_gpt.py --num-layers ...`),
     # else from the first flag
     script = [i for i, w in enumerate(words) if w.endswith(".py")]
@@ -66,7 +63,7 @@ def _arguments(text: str) -> list[str]:
 
 def read(text: str, path: str, gpus: int | None) -> Job:
     job = Job("megatron", path)
-    words, args = _arguments(text), {}
+    words, args = _arguments(text, path), {}
     i = 0
     while i < len(words):
         flag = words[i]

@@ -3,9 +3,7 @@ script or a line of words): the engine settings `dlperf serve` prices."""
 
 from __future__ import annotations
 
-import shlex
-
-from .job import Job, bad
+from .job import Job, bad, shell_words
 
 FLAGS = {
     "--tensor-parallel-size": ("tp", int),
@@ -30,8 +28,7 @@ def read(text: str, path: str, gpus: int | None = None) -> Job:
     """`gpus` is taken so that every format reads alike; the server's
     parallel sizes are its own flags."""
     job = Job("vllm", path)
-    joined = text.replace("\\\n", " ")  # a shell line continuation
-    words = shlex.split(" ".join(line.split("#", 1)[0] for line in joined.splitlines()))
+    words = shell_words(text, path)
     if "serve" in words:  # `vllm serve MODEL ...`
         at = words.index("serve")
         if at + 1 < len(words) and not words[at + 1].startswith("-"):

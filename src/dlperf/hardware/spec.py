@@ -480,6 +480,20 @@ CPU_CUDA_CONTEXT = "--cuda-context describes a GPU's CUDA context; a CPU has non
 TORCH_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:\.?(?:a|b|rc|dev|post)\d*)?(?:\+[\w.]+)?$")
 
 
+# The PyTorch versions whose kernels dlperf follows (the installed one too, if newer).
+OLDEST_TORCH = (1, 0)
+NEWEST_TORCH = (2, 14)
+
+
+def _known_torch(version: tuple[int, ...]) -> bool:
+    if OLDEST_TORCH <= version[:2] <= NEWEST_TORCH:
+        return True
+    import torch  # only for a version past the newest known: the installed one is known
+
+    installed = parse_torch_version(torch.__version__)
+    return installed is not None and version[:2] == installed[:2]
+
+
 def parse_torch_version(text: str) -> tuple[int, ...] | None:
     """(major, minor) or (major, minor, patch) of a PyTorch version; None if it is not one."""
     found = TORCH_VERSION.match(text.strip())
@@ -526,16 +540,29 @@ def check_settings(spec: HardwareSpec, where: str) -> None:
         if context <= 0:
             raise DlperfError(f"{name} must be a positive size (got {context})")
     version = spec.torch_version
-    if version and parse_torch_version(version) is None:
+    if version:
         name = f"{where}: torch_version" if where else "--torch-version"
-        raise DlperfError(f"{name} {version!r} is not a version like 2.5 or 2.8.0")
+        parsed = parse_torch_version(version)
+        if parsed is None:
+            raise DlperfError(f"{name} {version!r} is not a version like 2.5 or 2.8.0")
+        if not _known_torch(parsed):
+            oldest, newest = (".".join(map(str, v)) for v in (OLDEST_TORCH, NEWEST_TORCH))
+            raise DlperfError(
+                f"{name} {version} is not a PyTorch release dlperf knows: give one from "
+                f"{oldest} to {newest}"
+            )
 
 
 def load_spec_file(path: str | Path) -> HardwareSpec:
     """Read a TOML or JSON spec file. Parsing data never runs code."""
     path = Path(path)
+    if path.is_dir():
+        raise DlperfError(f"spec file {path} is a folder: give a .toml or .json spec file in it")
     if not path.is_file():
-        raise DlperfError(f"spec file {path} does not exist")
+        raise DlperfError(
+            f"spec file {path} does not exist: give the path of a .toml or .json spec "
+            "file, or a GPU of the catalogue (`dlperf gpus` lists them)"
+        )
     try:
         if path.suffix.lower() == ".json":
             raw = json.loads(path.read_text())

@@ -4,7 +4,8 @@ how fast.
 `choose_backend` follows PyTorch's SDPA dispatcher
 (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp, `select_sdp_backend`;
 sdp_utils_cpp.cpp for the CPU) as the run's PyTorch version orders it
-(`spec.torch_version`, default the installed one): FlashAttention-2, then the
+(`spec.torch_version`, default the installed one): FlashAttention-2 (FlashAttention-1
+in 2.0 and 2.1: PyTorch moved its flash kernel to FA2 in 2.2), then the
 memory-efficient (xformers/cutlass) kernel, then the math decomposition. cuDNN's
 fused attention goes first on sm90 and sm100 in 2.5.0 (made opt-in again in
 2.5.1 after its bugs) and from 2.11 on (the bundled cuDNN passes the 9.15 gate
@@ -70,6 +71,8 @@ def compute_capability(spec) -> tuple[int, int]:
 
 
 _AUTO_ORDER = ("flash", "efficient")
+# PyTorch 2.0 and 2.1 built their flash kernel from FlashAttention-1; 2.2 moved it to FA2.
+_AUTO_ORDER_FA1 = ("flash1", "efficient")
 # cuDNN first on Hopper and Blackwell (its kernels use their asynchronous Tensor
 # Core instructions, as FlashAttention-3 does; PyTorch's flash kernel is FA2).
 _AUTO_ORDER_CUDNN_FIRST = ("cudnn", "flash", "efficient")
@@ -82,6 +85,11 @@ def torch_version(spec) -> tuple[int, ...]:
 
     text = getattr(spec, "torch_version", "") or torch.__version__
     return parse_torch_version(text) or (0, 0)
+
+
+def flash_is_fa1(version: tuple[int, ...]) -> bool:
+    """Whether PyTorch's flash kernel is FlashAttention-1 (2.0 and 2.1)."""
+    return (2, 0) <= version[:2] < (2, 2)
 
 
 def cudnn_first(cc, version: tuple[int, ...]) -> bool:
@@ -107,6 +115,8 @@ def choose_backend(spec, shape: AttentionShape, requested: str = "auto") -> tupl
         return shape.named, "the kernel the trace ran"
     if requested == "auto":
         return _dispatch(cc, shape, torch_version(spec))
+    if requested == "flash" and flash_is_fa1(torch_version(spec)):
+        requested = "flash1"  # the flash kernel of that PyTorch
     kernel = BY_NAME[requested]
     refusal = kernel.why_not(cc, shape)
     if not refusal and kernel.anchor(spec.efficiency, shape.phase) <= 0:
@@ -124,7 +134,10 @@ def _dispatch(cc, s: AttentionShape, version: tuple[int, ...]) -> tuple[str, str
     that can run, and why."""
     refusals = []
     first = cudnn_first(cc, version)
-    for backend in _AUTO_ORDER_CUDNN_FIRST if first else _AUTO_ORDER:
+    order = _AUTO_ORDER_CUDNN_FIRST if first else _AUTO_ORDER
+    if flash_is_fa1(version):
+        order = _AUTO_ORDER_FA1
+    for backend in order:
         refusal = BY_NAME[backend].why_not(cc, s)
         if not refusal:
             mask = f"{s.mask} mask" if s.mask else "no mask"

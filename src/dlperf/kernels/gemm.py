@@ -77,6 +77,17 @@ def _check_sizes(m, n, k, batch):
             )
 
 
+def _check_fits(m: int, n: int, k: int, batch: int, dtype: str, spec: HardwareSpec) -> None:
+    """Refuse a GEMM whose A, B and C together outgrow the device's memory."""
+    held = batch * (m * k + k * n + m * n) * bytes_per_element(dtype)
+    if spec.memory_bytes and held > spec.memory_bytes:
+        raise DlperfError(
+            f"GEMM {m} x {n} x {k} (batch {batch}): A, B and C hold {held / 2**30:,.0f} GiB "
+            f"of {dtype}, more than the {spec.memory_bytes / 2**30:,.0f} GiB of the {spec.id}: "
+            "give sizes that fit in its memory"
+        )
+
+
 def gemm(
     m: int,
     n: int,
@@ -94,6 +105,7 @@ def gemm(
     _check_sizes(m, n, k, batch)
     dtype = check_dtype(dtype)
     spec = get_gpu(gpu)
+    _check_fits(m, n, k, batch, dtype, spec)
     math_dtype = check_dtype(math_dtype or dtype)
     unit = spec.unit(math_dtype)
     moved = float(

@@ -77,8 +77,16 @@ class TraceData:
 
 def read_trace(path: str | Path) -> TraceData:
     path = Path(path)
+    if path.is_dir():
+        raise DlperfError(
+            f"trace {path} is a folder: give one profiler trace file (.json or .json.gz) "
+            "in it (dlperf compare also reads a folder of one trace per rank)"
+        )
     if not path.is_file():
-        raise DlperfError(f"trace {path} does not exist")
+        raise DlperfError(
+            f"trace {path} does not exist: give the path of a PyTorch profiler trace "
+            "(.json or .json.gz, as torch.profiler's export_chrome_trace writes it)"
+        )
     try:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt") as f:

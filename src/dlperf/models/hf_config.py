@@ -255,6 +255,26 @@ def configure(config, model_type: str, options: dict[str, str], derive: bool = T
     derived = isinstance(getattr(type(config), "head_dim", None), property)
     follows = hasattr(config, "head_dim") and getattr(config, "num_attention_heads", 0)
     sizes = {"hidden", "heads", *SIZE_KEYS["hidden"], *SIZE_KEYS["heads"]}
-    derive = derive or bool(sizes & options.keys())
+    resized = bool(sizes & options.keys())
+    if resized and not chosen & head_dim:
+        _check_heads_divide(config, "hidden", "heads", "each head is hidden / heads wide")
+    if kv_keys & options.keys() or resized:
+        _check_heads_divide(config, "heads", "kv_heads", "query heads share key/value heads")
+    derive = derive or resized
     if derive and follows and not derived and not chosen & head_dim:  # hidden / heads
         config.head_dim = config.hidden_size // config.num_attention_heads
+
+
+def _size(config, key: str) -> int | None:
+    found = [getattr(config, a) for a in _alias_targets(config, key)]
+    return found[0] if found and isinstance(found[0], int) and found[0] > 0 else None
+
+
+def _check_heads_divide(config, whole: str, part: str, why: str) -> None:
+    """Refuse a spec whose `part` size does not divide its `whole` size."""
+    total, count = _size(config, whole), _size(config, part)
+    if total and count and total % count:
+        raise DlperfError(
+            f"{whole} {total} is not divisible by {part}={count} ({why}); "
+            f"give a {part} that divides {total}"
+        )

@@ -25,10 +25,11 @@ from .memory import (
     ServingMemory,
     activation_bytes,
     default_max_num_batched_tokens,
+    default_max_num_seqs,
     kv_bytes_per_token,
     workspace_bytes,
 )
-from .quant import Scheme, kv_dtype_for, scheme_for, weight_bytes
+from .quant import Scheme, check_group, kv_dtype_for, scheme_for, weight_bytes
 from .steps import Engine, Step, StepTracer
 from .timeline import Timeline
 
@@ -120,6 +121,7 @@ def deploy(model, config: RunConfig, session: Session | None = None, fused: bool
         model, spec = model.model, model.spec
     else:
         spec = device_spec(config.device)
+    _check_step_tokens(serving, spec)
     precision = config.precision.precision
     scheme = scheme_for("fp16" if precision == AUTO else precision, spec, serving.quant_group)
     kv_dtype = kv_dtype_for(serving.kv_cache_dtype, scheme)
@@ -135,6 +137,7 @@ def deploy(model, config: RunConfig, session: Session | None = None, fused: bool
             f"heads evenly: use --tp {splits[:40]}"
         )
     blocks = repeated_blocks(run.module)
+    check_group(run.module, blocks, scheme)
     if pp > max(1, len(blocks)):
         raise DlperfError(f"--pp {pp} is more stages than the model's {len(blocks)} layers")
     engine = Engine(spec, scheme, kv_dtype, tp, fused, par.gpus_per_node,
@@ -144,6 +147,20 @@ def deploy(model, config: RunConfig, session: Session | None = None, fused: bool
     return Deployment(run, engine, tracer, pp, config.step.cuda_graphs, chunk,
                       serving.gpu_memory_utilization, serving.block_size,
                       _max_model_len(run, serving.max_model_len))  # fmt: skip
+
+
+def _check_step_tokens(serving, spec: HardwareSpec) -> None:
+    """vLLM refuses a step of fewer tokens than the sequences it may hold."""
+    tokens = serving.max_num_batched_tokens
+    seqs = serving.max_num_seqs or default_max_num_seqs(spec)
+    if tokens is not None and tokens < seqs:
+        which = "--max-num-seqs"
+        if not serving.max_num_seqs:
+            which += f", vLLM's default on {spec.id}"
+        raise DlperfError(
+            f"--max-num-batched-tokens {tokens} is fewer than the {seqs} sequences a step "
+            f"may hold ({which}), which vLLM refuses: give at least {seqs}"
+        )
 
 
 def _max_model_len(run: Run, given: int | None) -> int | None:

@@ -46,7 +46,7 @@ from ..kernels.quantized import (
     bytes_per_weight,
 )
 from ..ops.cost import Cost, Gemm
-from ..ops.linear import is_linear_gemm, is_linear_module
+from ..ops.linear import CONV1D, is_linear_gemm, is_linear_module
 from ..precision import resolve_for
 from ..tracing import OpEvent, within
 from ..tracing.moe import MOE_OP, moe_replacements
@@ -276,6 +276,27 @@ def weight_bytes(module, blocks: list[str], scheme: Scheme) -> float:
     return total
 
 
+def check_group(module, blocks: list[str], scheme: Scheme) -> None:
+    """Refuse a scale group that does not split the quantized layers' rows:
+    each row of input features holds whole groups (AWQ's and GPTQ's layout)."""
+    if not scheme.group:
+        return
+    for path, sub in module.named_modules():
+        weight = getattr(sub, "weight", None)
+        if weight is None or not is_linear_module(type(sub).__name__):
+            continue
+        if not any(within(path, b) for b in blocks):
+            continue
+        rows = weight.shape[0] if type(sub).__name__ == CONV1D else weight.shape[-1]
+        if rows % scheme.group:
+            fits = max(g for g in (16, 32, 64, 128) if rows % g == 0) if rows % 16 == 0 else None
+            hint = f", like {fits}" if fits else ""
+            raise DlperfError(
+                f"--quant-group {scheme.group} does not split the {rows} input features of "
+                f"{path} into whole groups: give a group that divides {rows}{hint}"
+            )
+
+
 def linear_note(scheme: Scheme) -> str:
     return f"{scheme.name}: {scheme.what}; linear layers in the blocks re-priced"
 
@@ -284,6 +305,7 @@ __all__ = [
     "KV_CACHE_DTYPES",
     "SCHEMES",
     "Scheme",
+    "check_group",
     "is_block_linear",
     "kv_dtype_for",
     "linear_cost",

@@ -28,9 +28,8 @@ from .step_costs import StepCosts
 from .workload import Workload, parse_stages, requests, stage_counts
 
 PERCENTILES = (50, 90, 99)
-# benchmark_serving's random dataset and prompt count
+# benchmark_serving's random dataset (its prompt count: workload.DEFAULT_PROMPTS)
 DEFAULT_DATASET = "random:in=1024,out=128"
-DEFAULT_PROMPTS = 1000
 # Requests of the burst that measures the sustainable rate: several times the
 # engine's sequences, so that the ramp and the drain weigh little.
 SUSTAINABLE_PROMPTS = 1000
@@ -64,7 +63,9 @@ def parse_slo(text: str) -> Slo:
     for part in text.split(","):
         key, eq, value = part.strip().partition("=")
         match = re.fullmatch(r"([0-9.]+(?:e-?[0-9]+)?)\s*(ms|s|us)?", value.strip())
-        if not eq or key not in ("ttft", "tpot", "e2e") or not match or key in found:
+        if f"{key}_s" in found:
+            raise DlperfError(f"--slo {text!r} gives {key} twice: give each limit once")
+        if not eq or key not in ("ttft", "tpot", "e2e") or not match:
             raise DlperfError(
                 f"--slo {text!r}: expected ttft=500ms,tpot=50ms (keys ttft, tpot, e2e; "
                 f"units ms, s or us), not {part!r}"
@@ -175,10 +176,11 @@ def _stage_reports(work: Workload, timings: Timings, stages: list) -> list[dict]
     return out
 
 
-def _prompts(serving, stages) -> int:
-    """Requests simulated: the stages' (int(rate x seconds) each), else --num-prompts."""
+def _prompts(serving, stages) -> int | None:
+    """Requests simulated: the stages' (int(rate x seconds) each), else
+    --num-prompts (None: the dataset's default, `workload.requests`)."""
     if stages is None:
-        return serving.num_prompts or DEFAULT_PROMPTS
+        return serving.num_prompts
     if serving.request_rate is not None:
         raise DlperfError("give --stages or --request-rate, not both: each stage has its rate")
     sent = sum(stage_counts(stages))
@@ -188,6 +190,20 @@ def _prompts(serving, stages) -> int:
             "drop --num-prompts"
         )
     return sent
+
+
+def _check_timed(dataset: str, serving) -> None:
+    """A dataset of timestamps sets the arrivals: a flag that sets them too is refused."""
+    clash = next((flag for flag, given in (
+        ("--request-rate", serving.request_rate is not None),
+        ("--stages", bool(serving.stages)),
+        ("--find-max-rate", serving.find_max_rate),
+    ) if given), None)  # fmt: skip
+    if clash:
+        raise DlperfError(
+            f"--dataset {dataset} gives each request's arrival_s, which set the arrivals: "
+            f"drop {clash}, or drop arrival_s from the file to draw arrivals at a rate"
+        )
 
 
 class Simulator:
@@ -200,9 +216,12 @@ class Simulator:
         scheduling_policy(serving.scheduler)  # an unknown policy is refused before tracing
         self.dataset = serving.dataset or DEFAULT_DATASET
         self.stages = parse_stages(serving.stages) if serving.stages else None
-        self.num_prompts = _prompts(serving, self.stages)
         # a bad dataset fails before tracing
-        self.requests = requests(self.dataset, self.num_prompts, serving.seed)
+        self.requests = requests(self.dataset, _prompts(serving, self.stages), serving.seed)
+        self.num_prompts = len(self.requests.input_len)
+        self.timed = self.requests.given_arrival_s is not None
+        if self.timed:
+            _check_timed(self.dataset, serving)
         # vLLM's engine: its own all-reduce kernel where NVLink connects the GPUs
         self.d = deploy(model, config, session, custom_all_reduce=True)
         self.max_num_seqs = serving.max_num_seqs or default_max_num_seqs(self.d.spec)
@@ -304,6 +323,12 @@ class Simulator:
         return low, best
 
 
+def _mean_rate(arrival_s: np.ndarray) -> float:
+    """Requests per second of a trace: its gaps' mean, inverted (inf: all at once)."""
+    span = float(np.max(arrival_s) - np.min(arrival_s))
+    return (len(arrival_s) - 1) / span if span > 0 else math.inf
+
+
 def _saturation(report: SimulationReport, sustainable: float, offered: float) -> None:
     report.sustainable_rate, report.saturated = sustainable, offered > sustainable
     if report.saturated:
@@ -342,6 +367,10 @@ def simulate(model, config: RunConfig | None = None, **options) -> SimulationRep
         if simulator.stages:
             report = simulator.run_stages(slo)
             offered = max(rate for rate, _ in simulator.stages)
+        elif simulator.timed:
+            report = simulator.run(math.inf, slo)  # the file's arrival_s, whatever the rate
+            offered = report.request_rate = _mean_rate(simulator.requests.given_arrival_s)
+            report.notes.append(f"requests arrive at the arrival_s of {simulator.dataset}")
         else:
             offered = config.serving.request_rate
             offered = math.inf if offered is None else offered

@@ -42,6 +42,8 @@ import numpy as np
 
 from ..errors import DlperfError
 
+DEFAULT_PROMPTS = 1000  # requests a simulation sends unless told (vLLM's benchmark's)
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -153,13 +155,17 @@ class Requests:
         )  # fmt: skip
 
 
-def requests(dataset: str, num_prompts: int, seed: int = 0) -> Requests:
-    """`num_prompts` requests of `dataset`, their lengths drawn with `seed`."""
-    if not isinstance(num_prompts, int) or num_prompts <= 0:
+def requests(dataset: str, num_prompts: int | None = None, seed: int = 0) -> Requests:
+    """`num_prompts` requests of `dataset`, their lengths drawn with `seed`;
+    None: every request of a file of timestamps, else DEFAULT_PROMPTS."""
+    if num_prompts is not None and (
+        isinstance(num_prompts, bool) or not isinstance(num_prompts, int) or num_prompts <= 0
+    ):
         raise DlperfError(f"--num-prompts must be a positive whole number, not {num_prompts!r}")
     rng = np.random.default_rng(seed)
     if dataset.startswith("shared-prefix:"):
-        inputs, outputs, group, prefix = _shared_prefix(dataset, num_prompts, rng)
+        n = num_prompts or DEFAULT_PROMPTS
+        inputs, outputs, group, prefix = _shared_prefix(dataset, n, rng)
         return Requests(dataset, inputs, outputs, None, rng.bit_generator.state, group, prefix)
     inputs, outputs, given = _lengths(dataset, num_prompts, rng)
     return Requests(dataset, inputs, outputs, given, rng.bit_generator.state)
@@ -167,7 +173,7 @@ def requests(dataset: str, num_prompts: int, seed: int = 0) -> Requests:
 
 def workload(
     dataset: str,
-    num_prompts: int,
+    num_prompts: int | None = None,
     request_rate: float = math.inf,
     seed: int = 0,
 ) -> Workload:
@@ -175,8 +181,13 @@ def workload(
     return requests(dataset, num_prompts, seed).arriving(request_rate)
 
 
-def _lengths(dataset: str, n: int, rng):
-    """(input lengths, output lengths, arrival times or None) of n requests."""
+def _lengths(dataset: str, n: int | None, rng):
+    """(input lengths, output lengths, arrival times or None) of n requests
+    (None: a JSONL file's timed requests, else DEFAULT_PROMPTS)."""
+    path = Path(dataset)
+    if path.suffix == ".jsonl":
+        return _jsonl(path, n)
+    n = n or DEFAULT_PROMPTS
     if dataset.startswith("random:"):
         i, o, spread = _random_spec(dataset)
         return _uniform(i, spread, n, rng), _uniform(o, spread, n, rng), None
@@ -186,9 +197,6 @@ def _lengths(dataset: str, n: int, rng):
             'tokenizer); write them as FILE.jsonl, one {"input_len": I, "output_len": O} '
             "per line, and pass --dataset FILE.jsonl"
         )
-    path = Path(dataset)
-    if path.suffix == ".jsonl":
-        return _jsonl(path, n)
     if path.suffix == ".json":
         return _histogram(path, n, rng)
     raise DlperfError(
@@ -258,29 +266,42 @@ def _uniform(mean: int, spread: float, n: int, rng) -> np.ndarray:
     return rng.integers(low, high + 1, n)
 
 
-def _jsonl(path: Path, n: int):
-    rows = []
+def _jsonl(path: Path, n: int | None):
+    """A file of timestamps (arrival_s on every line) sends its requests, the
+    first n of them where n is given; lengths alone are cycled to n."""
+    rows, numbers = [], []
     try:
         with path.open() as f:
             for number, line in enumerate(f, 1):
                 if line.strip():
                     rows.append(_request(_json_line(line, path, number), path, number))
+                    numbers.append(number)
     except (OSError, UnicodeDecodeError) as err:
         raise DlperfError(f"cannot read --dataset {path}: {err}") from None
     if not rows:
         raise DlperfError(f"--dataset {path} holds no requests")
+    untimed = [number for number, r in zip(numbers, rows, strict=True) if r[2] is None]
+    if untimed and len(untimed) < len(rows):
+        raise DlperfError(
+            f"--dataset {path}: line {untimed[0]} has no arrival_s while others have one; "
+            "give arrival_s on every line (a trace of timestamps) or on none (arrivals "
+            "drawn at --request-rate)"
+        )
+    if not untimed:
+        if n is not None and n > len(rows):
+            raise DlperfError(
+                f"--num-prompts {n} asks for more requests than the {len(rows)} with "
+                f"arrival_s in --dataset {path}: give at most {len(rows)}, or leave "
+                "--num-prompts out to send them all"
+            )
+        n = n or len(rows)
+    n = n or DEFAULT_PROMPTS
     picked = [rows[k % len(rows)] for k in range(n)]  # cycled, as the file orders them
     inputs = np.array([r[0] for r in picked])
     outputs = np.array([r[1] for r in picked])
-    times = [r[2] for r in picked]
-    if all(t is None for t in times):
+    if untimed:
         return inputs, outputs, None
-    if any(t is None for t in times) or n > len(rows):
-        raise DlperfError(
-            f"--dataset {path}: give arrival_s on every line, and --num-prompts at most "
-            f"its {len(rows)} requests"
-        )
-    return inputs, outputs, np.array(times, dtype=float)
+    return inputs, outputs, np.array([r[2] for r in picked], dtype=float)
 
 
 def _json_line(line: str, path: Path, number: int):

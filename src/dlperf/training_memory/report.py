@@ -68,6 +68,8 @@ class MemoryReport(StepMemory):
     capacity_bytes: int
     max_batch: int | None = None
     max_seq_len: int | None = None
+    # the model's positions, when they (not memory) stopped the sequence search
+    max_seq_len_position_limit: int | None = None
     by_module: dict[str, int] = field(default_factory=dict)
     policies: list[CheckpointOption] = field(default_factory=list)
 
@@ -156,6 +158,7 @@ def memory_report(run, session, checkpoint: str = "none", accumulate: int = 1, f
         for p in policies
     ]
     max_batch, max_seq = _fit(step, session, checkpoint) if fit else (None, None)
+    positions = step.model.max_positions
     return MemoryReport(
         **vars(terms),
         model=run.name,
@@ -171,6 +174,7 @@ def memory_report(run, session, checkpoint: str = "none", accumulate: int = 1, f
         policies=policies,
         max_batch=max_batch,
         max_seq_len=max_seq,
+        max_seq_len_position_limit=positions if max_seq and max_seq == positions else None,
     )
 
 

@@ -7,7 +7,7 @@ from torch import nn
 
 from .. import fixes
 from ..context import Step
-from ..registry import TALK, rule
+from ..registry import TALK, module_path, rule
 from .common import priced
 
 # Bytes a parameter costs in an AMP step with Adam: its fp32 value and gradient
@@ -29,7 +29,7 @@ def bias_pairs(model: nn.Module, convs) -> tuple[tuple[str, str], ...]:
 
 def drop_bias(ctx, step: Step, finding) -> Step:
     """The fix: no bias on the finding's convolutions."""
-    pairs = bias_pairs(step.model, finding.modules)
+    pairs = bias_pairs(step.model, [module_path(m) for m in finding.modules])
     return step._replace(model=ctx.build(fixes.drop_conv_bias, step.model, pairs))
 
 

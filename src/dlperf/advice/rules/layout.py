@@ -8,7 +8,7 @@ from torch import nn
 from ...kinds import LossKind
 from .. import fixes
 from ..context import Step
-from ..registry import TALK, Finding, rule
+from ..registry import TALK, Finding, module_path, rule
 from .common import priced, severity, tensor_cores
 
 
@@ -20,7 +20,7 @@ def to_channels_last(ctx, step: Step, finding=None) -> Step:
 
 def pad_first_channels(ctx, step: Step, finding) -> Step:
     """The fix: the first convolution's input padded with zero channels, in NHWC."""
-    path, channels = finding.modules[0], finding.evidence["padded"]
+    path, channels = module_path(finding.modules[0]), finding.evidence["padded"]
     padded = ctx.build(fixes.pad_first_conv, step.model, path, channels)
     return to_channels_last(ctx, step._replace(model=padded))
 

@@ -75,7 +75,7 @@ def spec_report(spec, console: Console | None = None) -> None:
     console.print(_gpu_table([spec], list(GPU_COLUMNS), dropped=False))
     c = spec.calibration
     if c is None:
-        console.print(f"{escape(spec.path)}: no [calibration] table (not fitted from a trace)")
+        console.print(f"{escape(spec.path)}: no \\[calibration] table (not fitted from a trace)")
         return
     console.print(
         f"calibrated on [bold]{escape(c.source)}[/] (model {escape(c.model)}), extending {c.base}"

@@ -85,4 +85,6 @@ def _fit(r, console: Console) -> None:
     if r.max_seq_len == 0:  # the sequence search starts at 64 tokens (training_memory)
         console.print("[red]no sequence length of 64 tokens or more fits at this batch[/]")
     elif r.max_seq_len is not None:
-        console.print(f"largest sequence length that fits at this batch: {r.max_seq_len}")
+        limit = getattr(r, "max_seq_len_position_limit", None)
+        why = " (the model's position limit; memory may allow more)" if limit else ""
+        console.print(f"largest sequence length that fits at this batch: {r.max_seq_len}{why}")

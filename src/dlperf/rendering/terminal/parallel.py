@@ -122,7 +122,10 @@ def run_choices(doc: dict, top: int = 12, console: Console | None = None) -> Non
     """`dlperf plan --gpus 8,16,... --tokens N [--rank cost] [--deadline D]`."""
     console = console or wide_console()
     deadline = doc["deadline_s"]
-    title = f"the run at each GPU count, best first by {doc['rank']}"
+    rank = doc["rank"]
+    if rank == "cost" and all(c["cost"] is None for c in doc["choices"]):
+        rank = "GPU-hours (the cost at any price; --price-per-gpu-hour prices it)"
+    title = f"the run at each GPU count, best first by {rank}"
     if deadline:
         title += f" (deadline {deadline / 86400:,.1f} days)"
     table = Table(title=title)
