@@ -147,16 +147,21 @@ def context_window(loaded: LoadedModel) -> int | None:
     return size if isinstance(size, int) and size > 0 else None
 
 
+def check_positions(loaded: LoadedModel, tokens: int) -> None:
+    """A sequence of `tokens` is refused past the model's positions."""
+    limit = context_window(loaded)
+    if limit and tokens > limit:
+        raise DlperfError(
+            f"{tokens} tokens (prompt + output) exceed the {limit} positions of "
+            f"{loaded.name}; give the model more with {loaded.with_positions(tokens)}"
+        )
+
+
 def step_inputs(loaded: LoadedModel, batch: int, new_tokens: int, cached: int) -> dict:
     """The keyword inputs of one serving step: `new_tokens` ids per sequence of
     a batch of `batch`, with `cached` tokens in a fresh cache. Only the last
     position's logits are computed where the model allows it, as engines do."""
-    limit = context_window(loaded)
-    if limit and cached + new_tokens > limit:
-        raise DlperfError(
-            f"{cached + new_tokens} tokens (prompt + output) exceed the {limit} positions of "
-            f"{loaded.name}; give the model more with {loaded.with_positions(cached + new_tokens)}"
-        )
+    check_positions(loaded, cached + new_tokens)
     ids = torch.zeros(batch, new_tokens, dtype=torch.int64, device="meta")
     inputs = {"input_ids": ids, "past_key_values": ServeCache(cached)}
     if _takes(loaded.module, "use_cache"):

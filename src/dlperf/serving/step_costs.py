@@ -38,6 +38,7 @@ from collections import Counter
 from ..costs import AttentionShape, Cost
 from ..dtypes import bytes_per_element
 from ..kernels.pricing import GemmTimer, time
+from .cache import check_positions
 from .steps import Step
 from .timeline import Timeline, micro_batches, step_time_s
 
@@ -110,6 +111,7 @@ class StepCosts:
                 # Only attention reads the cache: the short cache's traced step
                 # with its attention kernels priced again at `cached`, through
                 # the same issue timeline (no second trace).
+                check_positions(self.timeline.tracer.run.model, cached + 1)
                 self._decode_at(batch, self.short)
                 self._decode[key] = self._decode_grown(batch, cached)
             else:
