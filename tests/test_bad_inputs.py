@@ -191,6 +191,8 @@ CASES = {
     # serving, and its simulated benchmarks
     "serve-bf16-on-t4": ["serve", GPT, "--gpu", "t4", "--precision", "bf16"],
     "serve-memory-share": ["serve", GPT, "--gpu-memory-utilization", "1.5"],
+    "serve-offload-negative": ["serve", GPT, "--cpu-offload-gb", "-1"],
+    "serve-offload-past-weights": ["serve", GPT, "--cpu-offload-gb", "100"],
     "serve-rate-zero": ["serve", GPT, "--request-rate", "0"],
     "serve-dataset-typo": ["serve", GPT, "--dataset", "random:in=10,ot=5"],
     "serve-dataset-sharegpt": ["serve", GPT, "--dataset", "sharegpt"],

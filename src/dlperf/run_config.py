@@ -122,6 +122,9 @@ class ServingConfig:
     sampling: str = "greedy"
     max_num_batched_tokens: int | None = None
     gpu_memory_utilization: float = 0.9
+    # GiB of weights per GPU held in CPU memory, read over the host link every forward
+    # (vLLM's --cpu-offload-gb)
+    cpu_offload_gb: float = 0.0
     block_size: int = 16
     speculative: object = field(default=None, hash=False)
     max_num_seqs: int | None = None
@@ -321,6 +324,11 @@ def _check_values(config: RunConfig) -> None:
         raise DlperfError(
             f"--block-size {serving.block_size} is not a KV cache block size vLLM takes: "
             f"choose from {', '.join(map(str, BLOCK_SIZES))}"
+        )
+    offload = serving.cpu_offload_gb
+    if not isinstance(offload, (int, float)) or not 0 <= offload < math.inf:
+        raise DlperfError(
+            f"--cpu-offload-gb {offload} is not a number of GiB: give 0 (none) or more"
         )
     network = par.node_network_bytes_per_s
     if network is not None and not 0 < network < math.inf:

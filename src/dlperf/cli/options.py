@@ -688,6 +688,16 @@ SERVE = (
         help="share of each GPU's memory the engine may use (default: 0.9, as vLLM)",
     ),
     option(
+        "--cpu-offload-gb",
+        api="cpu_offload_gb",
+        type=float,
+        default=0.0,
+        metavar="GIB",
+        help="GiB of weights per GPU kept in CPU memory, as vLLM's --cpu-offload-gb: frees "
+        "that much GPU memory for the KV cache and reads it over the host link (PCIe or "
+        "NVLink-C2C) in every forward (default: 0)",
+    ),
+    option(
         "--block-size",
         api="block_size",
         type=positive_int,

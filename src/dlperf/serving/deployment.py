@@ -33,6 +33,8 @@ from .quant import Scheme, check_group, kv_dtype_for, scheme_for, weight_bytes
 from .steps import Engine, Step, StepTracer
 from .timeline import Timeline
 
+GIB = 2**30
+
 
 @dataclass
 class Deployment:
@@ -87,6 +89,13 @@ class Deployment:
         step of `max_num_batched_tokens` tokens."""
         blocks = repeated_blocks(self.run.module)
         weights = weight_bytes(self.run.module, blocks, self.scheme) / (self.tp * self.pp)
+        offloaded = self.engine.cpu_offload_bytes
+        if offloaded > weights:
+            raise DlperfError(
+                f"--cpu-offload-gb {offloaded / GIB:g} is more than the {weights / GIB:.2f} GiB "
+                f"of weights each GPU holds: give at most that"
+            )
+        weights -= offloaded
         traced = activation_bytes(prefill.activation_bytes, _residual_bytes(prefill))
         chunk = self.max_num_batched_tokens
         activations = traced * chunk / (prefill.batch * prefill.new_tokens)
@@ -140,8 +149,15 @@ def deploy(model, config: RunConfig, session: Session | None = None, fused: bool
     check_group(run.module, blocks, scheme)
     if pp > max(1, len(blocks)):
         raise DlperfError(f"--pp {pp} is more stages than the model's {len(blocks)} layers")
+    offload = serving.cpu_offload_gb * GIB
+    if offload and not spec.pcie_bandwidth_bytes_per_s:
+        raise DlperfError(
+            f"--cpu-offload-gb needs the host link's bandwidth, which {spec.name}'s spec does "
+            "not give: add pcie_bandwidth_bytes_per_s to a spec file, or drop the option"
+        )
     engine = Engine(spec, scheme, kv_dtype, tp, fused, par.gpus_per_node,
-                    par.node_network_bytes_per_s, serving.sampling, custom_all_reduce)  # fmt: skip
+                    par.node_network_bytes_per_s, serving.sampling, custom_all_reduce,
+                    offload)  # fmt: skip
     tracer = StepTracer(run, engine, session or Session())
     chunk = serving.max_num_batched_tokens or default_max_num_batched_tokens(spec)
     return Deployment(run, engine, tracer, pp, config.step.cuda_graphs, chunk,

@@ -64,6 +64,8 @@ class Engine:
     # tensor parallelism's all-reduces as vLLM runs them on NVLink (its own
     # kernel, `collectives.custom_all_reduce_s`) rather than through NCCL
     custom_all_reduce: bool = False
+    # weights per GPU held in CPU memory (vLLM's --cpu-offload-gb), read every forward
+    cpu_offload_bytes: float = 0.0
 
 
 @dataclass

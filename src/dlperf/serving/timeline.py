@@ -54,7 +54,13 @@ def step_time_s(step: Step, engine, stages: int, micro: int, cuda_graphs: bool) 
     """The wall time of one step of `micro` micro-batches (each `step`) over
     `stages` pipeline stages, and how it splits."""
     spec = engine.spec
-    stage_s = [_issue_s(step.rows_of_stage(s, stages), spec, cuda_graphs) for s in range(stages)]
+    # every forward reads the offloaded weights over the host link (vLLM maps them
+    # into the GPU's address space and its kernels read them in place)
+    offload_s = offload_time_s(engine.cpu_offload_bytes, spec)
+    stage_s = [
+        _issue_s(step.rows_of_stage(s, stages), spec, cuda_graphs) + offload_s
+        for s in range(stages)
+    ]
     send_s = 0.0
     if stages > 1:
         # stage s holds GPUs s*tp .. (s+1)*tp - 1: the stages share a node only when all fit
@@ -69,6 +75,13 @@ def step_time_s(step: Step, engine, stages: int, micro: int, cuda_graphs: bool) 
         "send_s": send_s,
         "comm_s": sum(r.time_s for r in step.rows if r.family == "collective"),
     }
+
+
+def offload_time_s(nbytes: float, spec) -> float:
+    """Seconds to read `nbytes` of weights held in CPU memory over the host link."""
+    if not nbytes:
+        return 0.0
+    return nbytes / spec.pcie_bandwidth_bytes_per_s
 
 
 def _hidden_bytes(step: Step) -> float:
