@@ -1,6 +1,7 @@
 """The command line: JSON documents and one-line errors with exit code 2."""
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -210,12 +211,16 @@ def test_gemm_sizes_at_the_limit_stay_inside_int64():
 
     side = 2**24  # C = side x side holds exactly the limit of 2**48 elements
     assert side * side == MAX_MATRIX_ELEMENTS
+    # a spec with memory enough for it (the catalogue's cards hold far less: refused)
+    big = dataclasses.replace(dlperf.gpu("a100"), memory_bytes=2.0**60)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # numpy overflow warnings fail the test
-        r = dlperf.gemm(side, side, 1, gpu="a100")
+        r = dlperf.gemm(side, side, 1, gpu=big)
     assert r.time_s > 0 and r.tiles > 0 and r.waves > 0
     with pytest.raises(dlperf.DlperfError, match="matrix C would hold"):
-        dlperf.gemm(side + 1, side, 1, gpu="a100")
+        dlperf.gemm(side + 1, side, 1, gpu=big)
+    with pytest.raises(dlperf.DlperfError, match="more than the 80 GiB"):
+        dlperf.gemm(side, side, 1, gpu="a100")
 
 
 def test_api_takes_input_shapes_as_text():

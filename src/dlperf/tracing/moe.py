@@ -293,10 +293,12 @@ def _block_forward(block: nn.Module, top_k: int, where: str, count: int, stacked
 
     def forward(hidden_states, *rest, **options):
         flat = hidden_states.reshape(-1, hidden_states.shape[-1])
-        logits = nn.Linear.forward(_router_of(block), flat)  # a Linear subclass's own forward
+        logits = _router_of(block)(flat)
         if stacked:
-            top_weights, index = torch.topk(logits, top_k, dim=-1)
-            top_weights = torch.sigmoid(top_weights.float())
+            # Llama-4's router returns (sigmoid of its kept top-k logits, the logits)
+            scores = logits[0] if isinstance(logits, tuple) else torch.sigmoid(logits.float())
+            logits = logits[-1] if isinstance(logits, tuple) else logits
+            top_weights, index = torch.topk(scores, top_k, dim=-1)
         else:
             probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
             top_weights, index = torch.topk(probs, top_k, dim=-1)
