@@ -95,7 +95,30 @@ def test_vllms_custom_all_reduce_reads_its_peers_over_nvlink():
     # 1 MiB on 4 GPUs, two stages: a quarter from each of 3 peers, twice; three barriers
     two = launch + 3e-6 + 2 * 3 * 262_144 / 450e9
     assert custom_all_reduce_s(2**20, 4, h100) == pytest.approx(two)
-    # 8 MiB and up, 3 GPUs, or no NVLink: vLLM runs NCCL
-    assert custom_all_reduce_s(8 * 2**20, 4, h100) is None
+    # 3 GPUs, or no NVLink: vLLM runs NCCL
     assert custom_all_reduce_s(2**20, 3, h100) is None
     assert custom_all_reduce_s(2**20, 2, dlperf.gpu("l4")) is None
+
+
+def test_vllms_symmetric_memory_all_reduce_takes_the_larger_buffers_on_hopper():
+    """On Hopper, past its custom kernel's bound (8 MiB on 4 GPUs, 256 KiB on 8),
+    vLLM all-reduces through PyTorch's symmetric memory up to 32 MiB on 4 GPUs and
+    64 MiB on 8, NVSwitch summing in the switch (multimem); 2 GPUs run two-shot."""
+    from dlperf.serving.collectives import custom_all_reduce_s
+
+    h100, a100 = dlperf.gpu("h100"), dlperf.gpu("a100")
+    launch = h100.efficiency.kernel_latency_s
+    # a 600-token prefill's 9.8 MB (600 x 8192 x 2 B) on 4 GPUs: the buffer plus a quarter
+    # of it each way per GPU at 450 GB/s, two barriers: 27 us and the launch
+    nbytes = 600 * 8192 * 2
+    assert custom_all_reduce_s(nbytes, 4, h100) == pytest.approx(
+        launch + 2e-6 + nbytes * 1.25 / 450e9)
+    # 1 MiB on 8 GPUs, past the custom kernel's 256 KiB: in the switch too
+    assert custom_all_reduce_s(2**20, 8, h100) == pytest.approx(
+        launch + 2e-6 + 2**20 * 1.125 / 450e9)
+    # 16 MiB on 2 GPUs: two-shot, half of the peer's buffer read, then half written
+    assert custom_all_reduce_s(16 * 2**20, 2, h100) == pytest.approx(
+        launch + 3e-6 + 2 * 8 * 2**20 / 450e9)
+    # past 32 MiB on 4 GPUs, or 8 MiB on an A100 (no symmetric memory): NCCL
+    assert custom_all_reduce_s(33 * 2**20, 4, h100) is None
+    assert custom_all_reduce_s(8 * 2**20, 4, a100) is None
