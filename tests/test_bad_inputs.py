@@ -67,6 +67,19 @@ def write_files(folder: Path) -> None:
         "partly_timed.jsonl": '{"input_len": 8, "output_len": 2, "arrival_s": 0}\n'
         '{"input_len": 8, "output_len": 2}\n',
         "vllm_unclosed.sh": 'vllm serve gpt2 --max-num-seqs 8 --served-model-name "gpt\n',
+        # issue 36, item 7
+        "vllm_negative_seqs.sh": "vllm serve gpt2 --max-num-seqs -5\n",
+        "vllm_zero_tp.sh": "vllm serve gpt2 --tensor-parallel-size 0\n",
+        "vllm_memory_share.sh": "vllm serve gpt2 --gpu-memory-utilization 1.5\n",
+        "vllm_no_value.sh": "vllm serve gpt2 --max-num-seqs\n",
+        "vllm_serve.sh": "vllm serve gpt2 --tensor-parallel-size 2\n",
+        "hf_fp16_bf16.json": json.dumps(
+            {"per_device_train_batch_size": 2, "fp16": True, "bf16": True}
+        ),
+        "titan_mx.toml": '[model]\nname = "llama3"\nflavor = "debugmodel"\nconverters = ["mx"]\n'
+        "[training]\nlocal_batch_size = 1\nseq_len = 64\n",
+        "megatron_bad_nproc.sh": "torchrun --nproc_per_node 0 pretrain_gpt.py --num-layers 2 "
+        "--hidden-size 64 --num-attention-heads 2 --seq-length 64\n",
     }
     for name, text in texts.items():
         (folder / name).write_text(text)
@@ -162,6 +175,14 @@ CASES = {
     # config files
     "config-megatron-unclosed-quote": ["explain-config", "{tmp}/megatron_unclosed.sh"],
     "config-vllm-unclosed-quote": ["serve", GPT, "--config", "{tmp}/vllm_unclosed.sh"],
+    "config-vllm-negative-seqs": ["explain-config", "{tmp}/vllm_negative_seqs.sh"],
+    "config-vllm-zero-tp": ["explain-config", "{tmp}/vllm_zero_tp.sh"],
+    "config-vllm-memory-share": ["explain-config", "{tmp}/vllm_memory_share.sh"],
+    "config-vllm-no-value": ["explain-config", "{tmp}/vllm_no_value.sh"],
+    "config-vllm-plan": ["plan", GPT, "--config", "{tmp}/vllm_serve.sh"],
+    "config-hf-fp16-and-bf16": ["analyze", GPT, "--config", "{tmp}/hf_fp16_bf16.json"],
+    "config-torchtitan-mx": ["explain-config", "{tmp}/titan_mx.toml"],
+    "config-torchrun-nproc-0": ["explain-config", "{tmp}/megatron_bad_nproc.sh"],
     # output paths
     "report-missing-folder": ["report", f"{CNN}:model", "--out", "{tmp}/nowhere/r.html"],
     "report-into-folder": ["report", f"{CNN}:model", "--out", "{tmp}"],

@@ -69,3 +69,48 @@ def test_a_run_needs_its_length():
     reports = [dlperf.plan(MODEL, gpus=8, **FIXED)]
     with pytest.raises(DlperfError, match="--tokens N or --steps N"):
         run_choices(reports)
+
+
+def test_numbers_read_in_units_that_suit_them():
+    # issue 36, item 13: "0.00 kWh", "0.00 at 2", whole GPU-hours, "3.13e+03 s" beside
+    # "3.41 h", "0.0 days" for a 1-minute deadline, "671,026.4 M parameters", "0.0 samples/s"
+    from dlperf.rendering.terminal.format import durations, energy, parameters, seconds, sig
+
+    assert sig(0.0123) == "0.0123" and sig(0.004) == "0.004" and sig(2115.2) == "2,115"
+    assert sig(3.41) == "3.41" and sig(0) == "0" and sig(1.5) == "1.5"
+    assert energy(0.5 * 3600) == "1,800 J" and energy(360) == "360 J"
+    assert energy(12.3 * 3600) == "12.3 Wh" and energy(4.56e3 * 3600) == "4.56 kWh"
+    assert seconds(3130) == "52.2 min" and seconds(12276) == "3.41 h"
+    assert seconds(60) == "1 min" and seconds(14 * 86400) == "14 days"
+    assert seconds(0.121) == "121 ms" and seconds(1.5) == "1.5 s"
+    assert durations([3130, 12276]) == ["0.869 h", "3.41 h"]  # one unit a column
+    assert parameters(671_026.4e6) == "671 B parameters"
+    assert parameters(25.6e6) == "25.6 M parameters" and parameters(8.03e9) == "8.03 B parameters"
+
+
+def test_a_run_line_shows_small_energy_and_cost_and_a_short_deadline():
+    from rich.console import Console
+
+    from dlperf.rendering.terminal.analysis import _run_line
+    from dlperf.rendering.terminal.format import durations, sig
+    from dlperf.rendering.terminal.parallel import run_choices as render_choices
+
+    run = {"steps": 10, "time_s": 0.2, "energy_j": 80.0,
+           "cost": {"per_run": 2 * 0.2 / 3600, "price_per_gpu_hour": 2}}  # fmt: skip
+    line = _run_line(run)
+    assert "80 J per GPU" in line and "0.000111 at 2 a GPU-hour" in line, line
+    reports = [dlperf.plan(MODEL, gpus=g, **FIXED) for g in (8, 64)]
+    choices = run_choices(reports, tokens=1e7, price=2.0, deadline_s=60)
+    doc = {"deadline_s": 60.0, "rank": "cost", "choices": [c.to_dict() for c in choices],
+           "chosen": reports[0]}  # fmt: skip
+    console = Console(width=300, record=True)
+    render_choices(doc, console=console)
+    out = console.export_text()
+    assert "(deadline 1 min)" in out
+    runs = durations([c.run_s for c in choices])
+    assert len({r.split()[1] for r in runs}) == 1  # the run column in one unit
+    for row, run in zip(out.split("best plan")[1].splitlines()[2:4], runs, strict=True):
+        assert f" {run} " in row, out
+    assert "e+0" not in out
+    for c in choices:
+        assert sig(c.gpu_hours) in out  # GPU-hours to 3 significant digits, not whole

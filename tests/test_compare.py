@@ -431,3 +431,43 @@ def test_a_disturbed_trace_is_said_to_be_one(predicted, tmp_path, capsys):
     assert dlperf.gpu(str(out)).calibration.notes == (note,)
     assert main(["gpus", "--spec", str(out)]) == 0
     assert "disturbed" in capsys.readouterr().out
+
+
+def test_calibrate_refuses_a_trace_of_another_model(predicted, tmp_path):
+    # issue 36, item 10: a trace of another model (the same op names, other shapes) was
+    # fitted without a word (gemm x14.94, memory-bound x0.10)
+    path = tmp_path / "run.json"
+    write_trace(path, predicted.rows, true_us)
+    other = nn.Sequential(nn.Linear(256, 4096), nn.GELU(), nn.Linear(4096, 256),
+                          nn.LayerNorm(256), nn.Linear(256, 16))  # fmt: skip
+    c = dlperf.compare(other, path, inputs=torch.empty(64, 256), precision="fp32")
+    assert c.matched_share < 0.5 and c.other_shapes >= 2
+    with pytest.raises(DlperfError, match=r"only \d+% of .* predicted time is on ops found"):
+        dlperf.calibrate_trace(path, other, tmp_path / "c.toml", inputs=torch.empty(64, 256),
+                               precision="fp32")  # fmt: skip
+    assert not (tmp_path / "c.toml").exists()
+    same = dlperf.compare(mlp(), path, inputs=torch.empty(64, 256), precision="fp32")
+    assert same.matched_share == pytest.approx(1.0) and same.other_shapes == 0
+
+
+def test_compare_says_the_trace_ran_on_another_gpu_and_how_many_shapes_differ(predicted, tmp_path):
+    # issue 36, item 10: an A100 trace priced on --gpu v100 had no notice, and "98.7%
+    # mapped" stood beside "only 1 of 106 matched ops ran with the input shapes predicted"
+    path = tmp_path / "run.json"
+    write_trace(path, predicted.rows, true_us)  # deviceProperties: NVIDIA A100-SXM4-80GB
+    c = dlperf.compare(mlp(), path, inputs=torch.empty(64, 256), precision="fp32", gpu="v100")
+    assert "ran on NVIDIA A100-SXM4-80GB (a100-sxm4-80gb) but is priced as v100" in c.notes[0]
+    own = dlperf.compare(mlp(), path, inputs=torch.empty(64, 256), precision="fp32")
+    assert not any("priced as" in n for n in own.notes)
+    from rich.console import Console
+
+    from dlperf.rendering.terminal.compare import compare_report
+
+    other = dlperf.compare(mlp(), path, inputs=torch.empty(32, 256), precision="fp32", gpu="v100")
+    console = Console(width=200, record=True)
+    compare_report(other, console=console)
+    out = " ".join(console.export_text().split())
+    matched = len(predicted.rows)
+    assert f"({matched} ops matched, {other.other_shapes} of them with other input shapes" in out
+    assert other.other_shapes >= matched - 3  # all but the ops without inputs
+    assert "but is priced as v100-sxm2-16gb" in out

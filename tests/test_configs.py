@@ -68,7 +68,8 @@ def test_megatron_arguments_become_tp2_sequence_parallel_zero1():
     assert job.model.startswith("hf:gpt2:n_embd=2048,n_layer=24,n_head=16,n_inner=8192,")
     assert (job.micro_batch, job.global_batch) == (4, 256)
     assert job.options["precision"] == "amp-bf16"
-    assert job.options["attention"] == "auto"  # --use-flash-attn
+    assert job.options["attention"] == "flash"  # --use-flash-attn: flash-attn 2 (issue 36, 7)
+    assert (job.gpus, job.gpus_per_node) == (8, 8)  # torchrun --nproc_per_node 8
     assert job.options["checkpoint"] == "selective"  # --recompute-granularity selective
     assert job.options["clip_grad"]  # --clip-grad 1.0
     # 8 GPUs / tp 2 = dp 4; the distributed optimizer shards the states (ZeRO-1)
@@ -270,3 +271,66 @@ def test_a_new_format_is_one_table_entry(tmp_path, monkeypatch):
     path.write_text("# toy\ncompile = yes\n")
     job = read_config(path)
     assert job.format == "toy" and job.options == {"compile": True}
+
+
+def test_torchtitans_float8_converter_prices_float8(tmp_path, capsys):
+    # issue 36, item 7: `[model] converters = ["float8"]` with a [float8] section was priced
+    # in bf16, and explain-config called the converters "where weights and tokenizer live"
+    text = (EXAMPLES / "torchtitan_llama3_8b.toml").read_text()
+    text = text.replace('flavor = "8B"', 'flavor = "8B"\nconverters = ["float8"]')
+    path = tmp_path / "fp8.toml"
+    section = '\n[float8]\nenable_fsdp_float8_all_gather = true\nfilter_fqns = ["output"]\n'
+    path.write_text(text + section)
+    job = read_config(path, gpus=8)
+    assert job.options["precision"] == "fp8"  # though [training] bf16 came after [model]
+    (converters,) = [f for f in job.fields if f.name == "model.converters"]
+    assert "fp8" in converters.became and not converters.ignored
+    assert main(["explain-config", str(path)]) == 0
+    assert "where weights and tokenizer live" not in capsys.readouterr().out.split(
+        "model.converters"
+    )[1].splitlines()[0]
+    plain = read_config(EXAMPLES / "torchtitan_llama3_8b.toml", gpus=8)
+    assert plain.options["precision"] == "amp-bf16"
+
+
+def test_a_torchrun_launch_plans_for_its_gpus(tmp_path, capsys):
+    # issue 36, item 7: `torchrun --nproc_per_node 4` planned for 8 GPUs, and explain-config
+    # listed none of torchrun's arguments
+    text = (EXAMPLES / "megatron_gpt_1.3b.sh").read_text()
+    text = text.replace("--nproc_per_node 8", "--nproc_per_node 4 --nnodes 2 --master_port 29500")
+    path = tmp_path / "launch.sh"
+    path.write_text(text)
+    job = read_config(path)
+    assert (job.gpus, job.gpus_per_node) == (8, 4) and job.parallel["dp"] == 4  # 8 / tp 2
+    names = {f.name: f for f in job.fields}
+    assert names["torchrun --nproc_per_node"].became == "--gpus-per-node 4"
+    assert names["torchrun --nnodes"].became == "--gpus 8 (2 x 4)"
+    assert names["torchrun --master_port"].ignored
+    one = tmp_path / "one.sh"
+    one.write_text(text.replace("--nnodes 2", "--nnodes 1"))
+    assert main(["plan", "--config", str(one), "--gpu", "a100", "--json", "--top", "1"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["gpus"] == 4 and doc["gpus_per_node"] == 4
+    assert main(["plan", "--config", str(one), "--gpu", "a100", "--gpus", "8", "--json",
+                 "--top", "1"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["gpus"] == 8  # the command line wins
+
+
+def test_serving_a_training_job_serves_its_dtype(capsys):
+    # issue 36, item 7: `serve --config` of a torchtitan bf16 job served fp16
+    job = read_config(EXAMPLES / "torchtitan_llama3_8b.toml", gpus=8)
+    assert job.cli_values("serve")["precision"] == "bf16"
+    megatron = read_config(EXAMPLES / "megatron_gpt_1.3b.sh")
+    assert megatron.cli_values("serve")["precision"] == "bf16"
+
+
+def test_a_model_configs_unknown_key_is_listed_as_ignored(tmp_path):
+    # issue 36, item 7: a config.json's unknown key was shown as a field of the model
+    doc = json.loads((EXAMPLES / "tiny_llama_config.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**doc, "rope_theta": 10000.0, "colour": "blue"}))
+    job = read_config(path)
+    fields = {f.name: f for f in job.fields}
+    assert fields["colour"].ignored.startswith("unknown field") and not fields["colour"].became
+    assert [f.name for f in job.unknown] == ["colour"]
+    assert fields["hidden_size"].became and fields["rope_theta"].became

@@ -64,3 +64,29 @@ def test_a_served_tokens_energy_is_its_share_of_the_requests():
     # the prompt's forward and 31 more decode steps, for 8 x 32 output tokens
     per_token = (prompt + 31 * step) / (8 * 32)
     assert r.energy_per_output_token_j == pytest.approx(per_token)
+
+
+def test_a_power_cap_slows_memory_bound_work_too():
+    # issue 36, item 12: GPT-2 training on an A100 took 19.4 ms at 400, 100 and 50 W while
+    # its energy fell: the cap slowed the math alone, though HBM and the memory system
+    # draw power too. Streaming draws idle + 0.4 of the rest (hardware.clocks): 184 W on
+    # an A100, so caps above it keep the bandwidth, and 50 W streams at 10 / 144 of it.
+    from dlperf.hardware.clocks import MEMORY_POWER_SHARE, power_bandwidth_fraction
+
+    assert power_bandwidth_fraction(dlperf.gpu("a100")) == 1.0
+    assert power_bandwidth_fraction(dlperf.gpu("a100", power_limit=200)) == 1.0
+    capped = power_bandwidth_fraction(dlperf.gpu("a100", power_limit=50))
+    assert capped == pytest.approx((50 - 40) / (MEMORY_POWER_SHARE * 360))
+    runs = {
+        watts: dlperf.analyze("hf:gpt2:layers=2", gpu="a100", batch=4, seq_len=256,
+                              training=True, power_limit=watts)  # fmt: skip
+        for watts in (400, 100, 50)
+    }
+
+    def memory_bound_s(a):
+        return sum(r.time_s for r in a.rows if r.bound == "memory")
+
+    full, hundred, fifty = (memory_bound_s(runs[w]) for w in (400, 100, 50))
+    assert full < hundred < fifty
+    assert fifty > 5 * full  # large streaming kernels at 7% of the bandwidth
+    assert runs[400].step_time_s < runs[100].step_time_s < runs[50].step_time_s

@@ -15,6 +15,15 @@ from .options import run_config
 TRAINING_ONLY = ("checkpoint", "loss", "clip_grad")
 
 
+def _launched(args: argparse.Namespace, job, path: str):
+    """The GPUs the config's launcher starts (torchrun's --nproc_per_node x
+    --nnodes) as plan's --gpus and --gpus-per-node, where the command line gives
+    neither them nor --nodes."""
+    if job.gpus and not {"gpus", "nodes", "gpus_per_node"} & set(args.given):
+        args.gpus, args.gpus_per_node = job.gpus, job.gpus_per_node or args.gpus_per_node
+    return job
+
+
 def apply_config(args: argparse.Namespace) -> None:
     """Fill the options `--config FILE` sets that the command line does not
     give (a flag given wins, whatever its value); then make sure a model is
@@ -26,9 +35,15 @@ def apply_config(args: argparse.Namespace) -> None:
 
         gpus = None  # resolves the config's "the GPUs left" degrees: plan's one count
         if args.verb == "plan":
+            job = _launched(args, read_config(path), path)
             counts = plan_gpus(args)  # several: each plan searches what the config leaves
             gpus = counts[0] if len(counts) == 1 else None
         job = read_config(path, gpus=gpus)
+        if args.verb == "plan" and job.format == "vllm":
+            raise DlperfError(
+                f"{path} is a serving config ({job.format}): dlperf serve --config prices it; "
+                "plan lays out a training step"
+            )
         values = job.cli_values(args.verb)
         if args.verb == "measure":  # it runs the model as written: no run options
             values = {k: v for k, v in values.items() if k not in RUN_WAYS}

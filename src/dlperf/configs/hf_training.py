@@ -4,7 +4,7 @@ compilation and FSDP; learning rates and bookkeeping change no step."""
 
 from __future__ import annotations
 
-from .job import NOT_PRICED, Job, positive
+from .job import NOT_PRICED, Job, bad, positive
 
 OPTIMIZERS = {
     "adamw_torch": "adamw",
@@ -31,6 +31,9 @@ def looks_like(doc: dict) -> bool:
 
 def read(doc: dict, path: str, gpus: int | None) -> Job:
     job = Job("hf-training", path)
+    if doc.get("fp16") is True and doc.get("bf16") is True:  # as TrainingArguments refuses it
+        raise bad(path, "fp16 and bf16", "both true: at most one of them can be (Hugging Face "
+                  "refuses both too); set the other to false")  # fmt: skip
     for key, value in doc.items():
         if key == "per_device_train_batch_size":
             job.micro_batch = positive(path, key, value)

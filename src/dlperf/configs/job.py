@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from ..errors import DlperfError
 from ..jsonable import fields_dict
 
+# A training precision's serving one (`dlperf serve --config` of a training job).
+SERVED = {"amp-bf16": "bf16", "bf16": "bf16", "amp-fp16": "fp16", "fp16": "fp16", "fp8": "fp8"}
 # why a field the formats know is ignored: it tunes learning or bookkeeping
 NOT_PRICED = "changes no step's time or memory"
 
@@ -46,6 +48,10 @@ class Job:
     global_batch: int | None = None
     parallel: dict = field(default_factory=dict)  # dp, tp, pp, cp, ep, sharding, schedule, ...
     serving: dict = field(default_factory=dict)  # serve's options (vLLM)
+    # the GPUs its launcher starts (torchrun's --nproc_per_node x --nnodes), and per node
+    gpus: int | None = None
+    gpus_per_node: int | None = None
+    float8: bool = False  # torchtitan's float8 converter: --precision fp8, whatever came first
     fields: list[Field] = field(default_factory=list)
 
     def use(self, name: str, value, became: str) -> None:
@@ -88,7 +94,9 @@ class Job:
         if self.model:
             out["model"] = self.model
         if verb == "serve":
-            return out | self.serving
+            # a training job serves in its own dtype (bf16 training serves bf16)
+            served = SERVED.get(self.options.get("precision", ""))
+            return out | ({"precision": served} if served else {}) | self.serving
         out |= self.options
         micro, accum = self.micro_batch, self.grad_accum
         if verb == "plan":

@@ -4,7 +4,7 @@ comments and the launcher before them are skipped).
 
 The model is built from its sizes: with `--swiglu` (and RMSNorm, rotary
 positions) as a Llama-shaped decoder, otherwise as GPT (learned positions,
-LayerNorm, GELU). `--use-flash-attn` runs flash attention; without it
+LayerNorm, GELU). `--use-flash-attn` runs flash-attn 2's kernel (`--attention flash`); without it
 Megatron's own core attention (batched GEMMs around its fused
 scale-mask-softmax) is priced as the model's explicit attention
 (`--attention eager`). Its fused bias-GELU (the tanh form) is one kernel:
@@ -51,19 +51,77 @@ def looks_like(text: str) -> bool:
     return "--num-layers" in text and "--hidden-size" in text
 
 
-def _arguments(text: str, path: str) -> list[str]:
+LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+# torchrun's arguments that say where its processes meet, not how many
+LAUNCH_PLACES = (
+    "--node_rank", "--node-rank", "--master_addr", "--master-addr", "--master_port",
+    "--master-port", "--rdzv", "--max_restarts", "--max-restarts", "--standalone", "--role",
+    "--log", "--redirects", "--tee",
+)  # fmt: skip
+
+
+def _arguments(text: str, path: str) -> tuple[list[str], list[str]]:
+    """(the training script's arguments, the launcher's before the script)."""
     words = shell_words(text, path)
     # after the training script (`torchrun ... pretrain_gpt.py --num-layers ...`),
     # else from the first flag
     script = [i for i, w in enumerate(words) if w.endswith(".py")]
     start = script[-1] + 1 if script else 0
     first = next((i for i, w in enumerate(words[start:], start) if w.startswith("--")), len(words))
-    return words[first:]
+    before = words[: script[-1]] if script else []
+    launcher = next((i for i, w in enumerate(before) if w.split("/")[-1] in LAUNCHERS), None)
+    return words[first:], ([] if launcher is None else before[launcher + 1 :])
+
+
+def _launcher(job: Job, words: list[str], path: str) -> None:
+    """torchrun's --nproc_per_node and --nnodes: the GPUs the job runs on
+    (`job.gpus`, `job.gpus_per_node`); its other arguments listed as ignored."""
+    pairs, i = {}, 0
+    while i < len(words):
+        word = words[i]
+        if "=" in word:
+            flag, value = word.split("=", 1)
+            i += 1
+        elif i + 1 < len(words) and not words[i + 1].startswith("-"):
+            flag, value = word, words[i + 1]
+            i += 2
+        else:
+            flag, value = word, True
+            i += 1
+        pairs[flag.replace("-", "_").lstrip("_")] = (flag, value)
+    counts = {}
+    for key in ("nproc_per_node", "nnodes"):
+        if key not in pairs:
+            continue
+        flag, value = pairs.pop(key)
+        if isinstance(value, str) and value.isdigit() and int(value) > 0:
+            counts[key] = int(value)
+        elif isinstance(value, str) and value.startswith("$"):
+            why = "a shell variable dlperf cannot read: give --gpus"
+            job.ignore(f"torchrun {flag}", value, why)
+        else:
+            raise bad(path, f"torchrun {flag}", f"expected a positive whole number, got {value!r}")
+    if "nproc_per_node" in counts:
+        per_node, nodes = counts["nproc_per_node"], counts.get("nnodes", 1)
+        job.gpus, job.gpus_per_node = per_node * nodes, per_node
+        job.use("torchrun --nproc_per_node", per_node, f"--gpus-per-node {per_node}")
+        if "nnodes" in counts:
+            job.use("torchrun --nnodes", nodes, f"--gpus {job.gpus} ({nodes} x {per_node})")
+    elif "nnodes" in counts:
+        job.ignore("torchrun --nnodes", counts["nnodes"], "without --nproc_per_node: give --gpus")
+    for flag, value in pairs.values():
+        if flag.startswith(LAUNCH_PLACES):
+            job.ignore(f"torchrun {flag}", value, "where the processes meet: changes no step")
+        else:
+            why = "unknown field: not a torchrun argument dlperf knows"
+            job.ignore(f"torchrun {flag}", value, why)
 
 
 def read(text: str, path: str, gpus: int | None) -> Job:
     job = Job("megatron", path)
-    words, args = _arguments(text, path), {}
+    (words, launcher), args = _arguments(text, path), {}
+    _launcher(job, launcher, path)
+    gpus = gpus or job.gpus
     i = 0
     while i < len(words):
         flag = words[i]
@@ -174,10 +232,12 @@ def _batch_and_precision(job: Job, args: dict, path: str) -> None:
         job.clip_grad("--clip-grad", args["--clip-grad"])
     else:
         job.options["clip_grad"] = True  # Megatron-LM clips at 1.0 unless told
-    attention = "auto" if "--use-flash-attn" in args else "eager"
+    # --use-flash-attn calls flash-attn 2's own kernel (FlashAttention-2 on every GPU
+    # it runs on, Hopper included: FA3 is another package), not PyTorch's choice
+    attention = "flash" if "--use-flash-attn" in args else "eager"
     job.options["attention"] = attention
     if "--use-flash-attn" in args:
-        job.use("--use-flash-attn", True, "--attention auto (flash)")
+        job.use("--use-flash-attn", True, "--attention flash (flash-attn 2's kernel)")
 
 
 def _parallel(job: Job, args: dict, path: str, gpus: int | None) -> None:

@@ -28,6 +28,10 @@ PRECISION = {"bfloat16": "amp-bf16", "float16": "amp-fp16", "float32": "fp32"}
 REDUCE = {"float32": "fp32", "bfloat16": "bf16"}
 SCHEDULES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved1f1b": "interleaved:2"}
 OPTIMIZERS = {"adamw": "adamw", "adam": "adamw", "sgd": "sgd"}
+MODEL_PATHS = {"model.tokenizer_path", "model.hf_assets_path", "model.assets_path"}
+# [model] converters swap the model's linear layers before training: torchtitan's
+# float8 converter (older name, then newer) trains them in float8 (`--precision fp8`).
+FLOAT8_CONVERTERS = {"float8", "quantize.linear.float8"}
 # Sections that describe the job's bookkeeping, not its step.
 BOOKKEEPING = {
     "job",
@@ -61,6 +65,8 @@ def read(doc: dict, path: str, gpus: int | None) -> Job:
     if job.global_batch is None and job.micro_batch and "dp" in job.parallel:
         # -1 (the default): one micro-batch per data-parallel rank, no accumulation
         job.global_batch = job.micro_batch * job.parallel["dp"]
+    if job.float8:  # whichever section came first
+        job.options["precision"] = "fp8"
     job.options.setdefault("precision", "amp-bf16")  # torchtitan's default param dtype
     job.options.setdefault("reduce_dtype", "fp32")
     job.options.setdefault("clip_grad", True)  # torchtitan's max_norm defaults to 1.0
@@ -83,8 +89,14 @@ def _field(job: Job, name: str, value, path: str) -> None:  # noqa: C901 - one t
         return
     if name == "model.name" or name == "model.flavor":
         return  # together, below
-    if name.startswith("model."):
+    if name == "model.converters":
+        _converters(job, name, value, path)
+        return
+    if name in MODEL_PATHS:
         job.ignore(name, value, f"where weights and tokenizer live: {NOT_PRICED}")
+        return
+    if name == "model.print_after_conversion":
+        job.ignore(name, value, f"a log option: {NOT_PRICED}")
         return
     if name in ("training.local_batch_size", "training.batch_size"):
         job.micro_batch = positive(path, name, value)
@@ -190,10 +202,28 @@ def _compile(job: Job, name: str, value) -> None:
         job.use(name, value, "eager (no --compile)")
 
 
+def _converters(job: Job, name: str, value, path: str) -> None:
+    """`[model] converters`: float8 trains the linear layers in float8 (its
+    `[float8]` section tunes how); another converter (MX formats) is refused,
+    as dlperf prices none."""
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise bad(path, name, f"expected a list of converter names, got {value!r}")
+    other = [n for n in names if n not in FLOAT8_CONVERTERS]
+    if other:
+        raise bad(path, name, f"dlperf prices no {other[0]!r} converter (only float8): "
+                  "remove it, or price the job without it")  # fmt: skip
+    if names:
+        job.float8 = True
+        job.use(name, value, "--precision fp8 (torchtitan's float8 linear layers)")
+    else:
+        job.use(name, value, "no converter: the layers as built")
+
+
 def _float8(job: Job, name: str, value) -> None:
     if name.endswith("enable_float8_linear") or name == "quantize.linear.float8.enable":
         if value:
-            job.options["precision"] = "fp8"
+            job.float8 = True
             job.use(name, value, "--precision fp8 (float8 linear layers)")
         return
     job.ignore(name, value, "a float8 detail dlperf's fp8 policy fixes")

@@ -43,20 +43,37 @@ def read(text: str, path: str, gpus: int | None = None) -> Job:
             flag, value = flag.split("=", 1)
             step = 1
         else:
-            step = 2 if value is not None and not value.startswith("-") else 1
+            # a flag's value is the next word; one that starts with "-" is a value
+            # where the flag takes one and it reads as a number (--max-num-seqs -5)
+            step = 2 if value is not None and (not value.startswith("-") or (
+                flag in FLAGS and _number(value))) else 1  # fmt: skip
             value = value if step == 2 else True
         _flag(job, flag, value, path)
         i += step
     return job
 
 
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _flag(job: Job, flag: str, value, path: str) -> None:
     if flag in FLAGS:
         dest, kind = FLAGS[flag]
+        if value is True:
+            raise bad(path, flag, "needs a value")
         try:
             number = kind(value)
         except (TypeError, ValueError):
             raise bad(path, flag, f"expected a {kind.__name__}, got {value!r}") from None
+        if kind is int and number <= 0:
+            raise bad(path, flag, f"expected a positive whole number, got {value}")
+        if dest == "gpu_memory_utilization" and not 0 < number <= 1:
+            raise bad(path, flag, f"expected a share of the GPU's memory in (0, 1], got {value}")
         if dest == "kv_cache_dtype":
             number = KV_DTYPES.get(str(value), str(value))
             if number is None:

@@ -16,7 +16,10 @@ Two effects, each from its own evidence:
   132 SMs): with an idle tenth of 700 W, (400 - 70) / (700 - 70) =
   (1545 / 1830) ** a gives a = ln(0.5238) / ln(0.8443) = 3.82.
 
-Memory-bound kernels are not slowed: HBM runs on its own clock.
+A power cap slows memory-bound work too (`power_bandwidth_fraction`): HBM
+runs on its own clock, but moving a byte costs energy (the DRAM's own pJ/bit,
+and the memory controllers, L2 and load/store path that carry it), so a card
+capped below what streaming draws cannot stream at full bandwidth.
 """
 
 from __future__ import annotations
@@ -52,6 +55,30 @@ def power_cap_fraction(spec: HardwareSpec) -> float:
     if limit <= idle:
         return 0.0
     return ((limit - idle) / (tdp - idle)) ** (1.0 / eff.power_clock_exponent)
+
+
+# The assumption behind the bandwidth derate: of the dynamic power (TDP less the
+# idle share) a card draws at full load, a streaming kernel at full bandwidth
+# draws this share, and that draw grows linearly with the bytes per second (a
+# fixed energy per byte). On an A100 (400 W, idle 40 W) streaming then draws
+# 40 + 0.4 x 360 = 184 W: its five HBM2e stacks at about 3.9 pJ/bit move 2 TB/s
+# for some 60 W, and carrying the bytes on chip (controllers, L2, crossbar,
+# the SMs' loads and stores) about as much again. A cap at or above that draw
+# leaves the bandwidth whole; below it the bandwidth falls in proportion to the
+# watts left above idle (a 50 W cap streams at 10 / 144 of it).
+MEMORY_POWER_SHARE = 0.4
+
+
+def power_bandwidth_fraction(spec: HardwareSpec) -> float:
+    """Fraction of its memory bandwidth a card can stream at under its
+    `power_limit_watts`; 1 without one, or where the cap covers streaming's draw
+    (`MEMORY_POWER_SHARE`)."""
+    limit, tdp = spec.power_limit_watts, spec.tdp_watts
+    if not limit or not tdp or limit >= tdp:
+        return 1.0
+    idle = spec.efficiency.idle_power_share * tdp
+    streaming = MEMORY_POWER_SHARE * (tdp - idle)
+    return min(1.0, max(0.0, limit - idle) / streaming)
 
 
 def sustained_clock_fraction(spec: HardwareSpec, tensor_cores: bool = False) -> float:

@@ -22,7 +22,7 @@ from pathlib import Path
 from ..dtypes import DTYPES, bytes_per_element, check_dtype
 from ..errors import DlperfError
 from .calibration import Calibration, calibration_from_dict
-from .clocks import sustained_clock_fraction
+from .clocks import power_bandwidth_fraction, sustained_clock_fraction
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -289,6 +289,11 @@ class HardwareSpec:
         """Fraction of the rated clock the SMs hold under a full math load, under
         the card's power limit (`hardware.clocks`)."""
         return sustained_clock_fraction(self, tensor_cores)
+
+    def sustained_bandwidth_bytes_per_s(self) -> float:
+        """The memory bandwidth the card can stream at under its power limit
+        (`hardware.clocks.power_bandwidth_fraction`): the datasheet's without one."""
+        return self.memory_bandwidth_bytes_per_s * power_bandwidth_fraction(self)
 
     def computed_peak_flops_per_s(self, dtype: str) -> float:
         """SMs x clock x multiply-adds per clock per SM x 2."""

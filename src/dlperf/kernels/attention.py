@@ -233,7 +233,7 @@ def fused_terms(spec, shape: AttentionShape, backend: str) -> FusedTerms:
     wave_efficiency = blocks / (waves * spec.sm_count)
     return FusedTerms(
         math_s=shape.flops / (rate * wave_efficiency),
-        memory_s=shape.bytes / (spec.memory_bandwidth_bytes_per_s * eff.dram_efficiency),
+        memory_s=shape.bytes / (spec.sustained_bandwidth_bytes_per_s() * eff.dram_efficiency),
         latency_s=eff.kernel_latency_s,
         blocks=blocks,
         waves=waves,

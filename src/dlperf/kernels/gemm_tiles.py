@@ -166,7 +166,7 @@ class _Problem:
             accumulator_bytes(dtype),
             np.broadcast_to(rate, m.shape).astype(float),
             alignment,
-            spec.memory_bandwidth_bytes_per_s * eff.dram_efficiency,
+            spec.sustained_bandwidth_bytes_per_s() * eff.dram_efficiency,
             fixed,
             knee,
             tensor_bytes,

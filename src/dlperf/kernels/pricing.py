@@ -240,7 +240,8 @@ def _gemms(cost: Cost, spec, timer, eager: bool, hints: list[Loss]) -> Timing:
         moved += sum(h.bytes for h in hints)
         extra += sum(h.bytes for h in hints)
     if extra > 0:
-        streamed = extra / (spec.memory_bandwidth_bytes_per_s * spec.efficiency.dram_efficiency)
+        bandwidth = spec.sustained_bandwidth_bytes_per_s() * spec.efficiency.dram_efficiency
+        streamed = extra / bandwidth
         seconds += streamed
         memory_s += streamed
     if eager and spec.kind == "cpu":

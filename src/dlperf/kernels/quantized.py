@@ -66,7 +66,7 @@ def gemv_terms(spec: HardwareSpec, weights: float, bits: int, tokens: int, moved
     """(memory_s, alu_s) of the CUDA-core weight-only GEMV: the `moved` bytes
     (its weights as stored, activations in, output out) streamed from DRAM; the
     multiply-adds and the dequantization of `weights` on CUDA cores, in turn."""
-    bandwidth = spec.memory_bandwidth_bytes_per_s * cold_efficiency(spec)
+    bandwidth = spec.sustained_bandwidth_bytes_per_s() * cold_efficiency(spec)
     fma_s = weights * tokens * FMA_INSTRUCTIONS / _instruction_rate(spec)
     alu = fma_s + dequant_s(spec, weights, bits, tokens)
     return moved / bandwidth, alu

@@ -79,7 +79,7 @@ def streaming_terms(bytes_moved, spec, flops=0.0, dtype: str = "fp32"):
     eff = spec.efficiency
     in_flight = spec.sm_count * eff.saturation_bytes_per_sm
     share = np.minimum(1.0, np.maximum(bytes_moved, 1.0) / in_flight * eff.sm_bandwidth_share)
-    peak = spec.memory_bandwidth_bytes_per_s * share
+    peak = spec.sustained_bandwidth_bytes_per_s() * share
     warm, cold = eff.streaming_dram_efficiency, cold_efficiency(spec)
     if spec.kind == "cpu" or not spec.l2_cache_bytes or cold == warm:
         memory_s = bytes_moved / (peak * warm)

@@ -159,6 +159,13 @@ class Comparison:
     communication: dict = field(default_factory=dict)
     rank: int | None = None
     notes: list[str] = field(default_factory=list)  # what the reader should check first
+    # of the matched ops, how many ran with other input shapes than predicted
+    # (None: the trace recorded no shapes)
+    other_shapes: int | None = None
+    # the share of the predicted time on ops found in the trace as predicted: by
+    # name and input shapes, of the ops that have inputs (by name alone, of every
+    # op, where the trace recorded no shapes)
+    matched_share: float = 0.0
 
     @property
     def misses(self) -> list[CompareRow]:
@@ -198,6 +205,7 @@ def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
         statistics.median(d for _, d in data.step_spans) * 1e-6 if data.step_spans else span
     )
     mapped = total - categories[UNMAPPED]["measured_s"]
+    other_shapes, matched_share = _shape_match(rows, taken, calls)
     return Comparison(
         data.path,
         spec.id,
@@ -217,8 +225,50 @@ def compare_trace(analysis, data: TraceData, depth: int = 2) -> Comparison:
         _modules(out_rows, depth),
         communication_summary(kernels, spec, steps) if data.kernels else {},
         data.rank,
-        _notes(rows, taken, calls) + _optimizer_notes(analysis, data),
+        _device_notes(spec, data) + _notes(rows, taken, calls) + _optimizer_notes(analysis, data),
+        other_shapes,
+        matched_share,
     )
+
+
+def _shape_match(rows: list, taken: list, calls: list[Call]) -> tuple[int | None, float]:
+    """(how many matched ops ran with other input shapes than predicted, or None
+    where the trace recorded none; the share of the predicted time on ops
+    matched with their shapes, or by name alone without recorded shapes)."""
+    recorded = any(c.shapes is not None for c in calls)
+    found, total, other = 0.0, 0.0, 0
+    for row, mine in zip(rows, taken, strict=True):
+        same = bool(mine) and mine[0].shapes == row_key(row.shapes)
+        other += bool(mine) and recorded and not same
+        if recorded and not row.shapes:
+            continue  # an op without inputs (the optimizer's step, zeros) tells no model apart
+        total += row.time_s
+        found += row.time_s if mine and (same or not recorded) else 0.0
+    return (other if recorded else None), (found / total if total else 0.0)
+
+
+def _device_notes(spec, data: TraceData) -> list[str]:
+    """A note when the trace ran on another GPU than the one it is priced on
+    (`--gpu v100` beside an A100's trace): every op's error is then the two
+    GPUs' difference as much as the model's."""
+    from ..hardware.catalog import resolve_id
+
+    name = data.device_name
+    ran = resolve_id(name) if name and data.kernels else None
+    if not ran:
+        return []
+    same = (
+        spec.id == ran
+        or spec.id.startswith(f"{ran}-calibrated")
+        or name in spec.device_names
+        or spec.name.split(" (calibrated")[0] == name
+    )
+    if same:
+        return []
+    return [
+        f"the trace ran on {name} ({ran}) but is priced as {spec.id}: each op's error below "
+        f"is the two GPUs' difference as much as the model's (leave out --gpu to price {ran})"
+    ]
 
 
 def _in_steps(data: TraceData, rows: list) -> tuple[list[Call], list, list, int]:

@@ -22,6 +22,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from ..errors import DlperfError
 from ..hardware.calibration import CLASSES, GEMM_REFERENCE_FLOPS, Calibration
 from .compare import Comparison, row_class, row_layer_keys
 from .kineto import TraceData
@@ -35,14 +36,33 @@ NOISY_STEPS = 0.10
 # A factor outside this range says the op was not the one predicted (another
 # kernel, another shape), not that the device runs it so: left unfitted.
 FACTOR_RANGE = (1e-3, 1e3)
+# The share of the model's predicted time a trace must hold as predicted (the op,
+# at its input shapes) before it is fitted: below it the trace is of another model
+# or another run, and the factors would say how far apart the two are.
+MIN_MATCHED_SHARE = 0.5
 
 
 def _sane(factor: float) -> bool:
     return FACTOR_RANGE[0] <= factor <= FACTOR_RANGE[1]
 
 
+def _check_match(analysis, comparison: Comparison) -> None:
+    """Refuse a trace whose ops are not the model's as given (`MIN_MATCHED_SHARE`)."""
+    share = comparison.matched_share
+    if share >= MIN_MATCHED_SHARE:
+        return
+    how = "with the input shapes predicted" if comparison.other_shapes is not None else "by name"
+    raise DlperfError(
+        f"calibrate --trace: only {share:.0%} of {analysis.model}'s predicted time is on ops "
+        f"found in {comparison.path} {how} (at least {MIN_MATCHED_SHARE:.0%} needed): is it a "
+        "trace of this model, run with this --batch, --seq-len and --precision? (dlperf "
+        "compare shows what matched)"
+    )
+
+
 def fit_calibration(analysis, comparison: Comparison, data: TraceData) -> tuple:
     """(Calibration, efficiency overrides) from `comparison` of `data` with `analysis`."""
+    _check_match(analysis, comparison)
     rows = [r for r in comparison.rows if r.measured_s > 0 and r.predicted_s > 0]
     fitted, kept = [], []
     present = [c for c in CLASSES if sum(r.category == c for r in rows) >= MIN_ROWS]

@@ -25,7 +25,7 @@ from .html_parts import table as _table
 from .html_serve import serving_section
 from .modules import module_tree
 from .terminal.analysis import run_lines
-from .terminal.format import relative_error
+from .terminal.format import parameters, relative_error, sig
 
 MAX_ROWS = 200  # rows per table
 
@@ -81,12 +81,12 @@ def _lead(analysis, memory) -> str:
 def _summary(analysis, memory) -> str:
     totals = analysis.totals
     rate = ", ".join(
-        f"{v:,.1f} {k.replace('_per_s', '/s')}" for k, v in analysis.throughput.items()
+        f"{sig(v)} {k.replace('_per_s', '/s')}" for k, v in analysis.throughput.items()
     )
     rows = [
         ["precision", analysis.precision],
         ["step", "training" if analysis.training else "inference"],
-        ["parameters", f"{analysis.params / 1e6:,.1f} M"],
+        ["parameters", parameters(analysis.params).removesuffix(" parameters")],
         ["predicted step time", _ms(analysis.step_time_s)],
         ["throughput", rate],
         ["model FLOPs utilization", f"{analysis.mfu:.1%}"],

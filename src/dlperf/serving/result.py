@@ -185,7 +185,7 @@ def math_bound_from(rows, spec, scheme: Scheme) -> int | None:
     if spec.uses_tensor_cores(dtype):
         efficiency = min(efficiency, eff.tensor_ceiling_efficiency)
     rate = spec.peak_flops_per_s(dtype) * efficiency * spec.sustained_clock_fraction(True)
-    ridge = ridge_point(rate, spec.memory_bandwidth_bytes_per_s * eff.dram_efficiency)
+    ridge = ridge_point(rate, spec.sustained_bandwidth_bytes_per_s() * eff.dram_efficiency)
     out_bytes = bytes_per_element(scheme.base)
     for batch in CROSSOVER_BATCHES:
         flops = moved = 0.0

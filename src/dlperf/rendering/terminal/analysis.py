@@ -9,7 +9,18 @@ from rich.table import Table
 
 from ...kinds import LossKind
 from ..modules import module_tree
-from .format import PHASE, gib, seconds, shapes_text, short_op, si, wide_console
+from .format import (
+    PHASE,
+    energy,
+    gib,
+    parameters,
+    seconds,
+    shapes_text,
+    short_op,
+    si,
+    sig,
+    wide_console,
+)
 
 
 def analysis_report(
@@ -35,12 +46,12 @@ def _header(a, console: Console) -> None:
     mode = "training step" if a.training else "inference step"
     console.print(
         f"[bold]{escape(a.model)}[/] on [bold]{a.gpu}[/], {a.precision}, {mode}: "
-        f"{a.params / 1e6:,.1f} M parameters, batch {a.batch}"
+        f"{parameters(a.params)}, batch {a.batch}"
     )
     tput = a.throughput
-    rate = f"{tput.get('samples_per_s', 0):,.1f} samples/s"
+    rate = f"{sig(tput.get('samples_per_s', 0))} samples/s"
     if "tokens_per_s" in tput:
-        rate += f", {tput['tokens_per_s']:,.0f} tokens/s"
+        rate += f", {sig(tput['tokens_per_s'])} tokens/s"
     console.print(
         f"predicted step time [bold]{seconds(a.step_time_s)}[/] ({rate}); "
         f"{si(totals['flops'], 'FLOP')}, {si(totals['bytes'], 'B')} moved, "
@@ -66,16 +77,14 @@ def _header(a, console: Console) -> None:
 
 def _run_line(run: dict) -> str:
     """A run of --steps (or --tokens): its time, energy and, with a price, its cost."""
-    hours = run["time_s"] / 3600
-    span = f"{hours / 24:,.1f} days" if hours >= 48 else f"{hours:,.1f} h"
-    text = f"a run of {run['steps']:,} steps: {span if hours >= 1 else seconds(run['time_s'])}"
+    text = f"a run of {run['steps']:,} steps: {seconds(run['time_s'])}"
     if run.get("energy_j") is not None:
-        text += f", {run['energy_j'] / 3.6e6:,.2f} kWh per GPU"
+        text += f", {energy(run['energy_j'])} per GPU"
     cost = run.get("cost")
     if cost:
-        text += f"; {cost['per_run']:,.2f} at {cost['price_per_gpu_hour']:g} a GPU-hour"
+        text += f"; {sig(cost['per_run'])} at {cost['price_per_gpu_hour']:g} a GPU-hour"
         if "per_million_tokens" in cost:
-            text += f" ({cost['per_million_tokens']:,.3f} per million tokens)"
+            text += f" ({sig(cost['per_million_tokens'])} per million tokens)"
     return text
 
 

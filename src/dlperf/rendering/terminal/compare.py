@@ -21,7 +21,8 @@ def compare_report(c, top: int = 10, console: Console | None = None) -> None:
     )
     console.print(
         f"measured time mapped to model ops or named categories: {c.mapped_share:.1%} "
-        f"({len(c.rows)} ops matched, {len(c.unmatched_rows)} predicted ops not in the trace)"
+        f"({len(c.rows)} ops matched{_other_shapes(c)}, {len(c.unmatched_rows)} predicted ops "
+        "not in the trace)"
     )
     for note in c.notes:
         console.print(f"[yellow]{escape(note)}[/]")
@@ -33,6 +34,16 @@ def compare_report(c, top: int = 10, console: Console | None = None) -> None:
     if c.communication:
         console.print(_communication(c.communication))
     return None
+
+
+def _other_shapes(c) -> str:
+    """How many matched ops ran with other shapes than predicted: matched by
+    name, their comparison is of other work (the headline's mapped share
+    counts them)."""
+    other = getattr(c, "other_shapes", None)
+    if other is None:
+        return ", by name alone (no shapes recorded)"
+    return f", {other} of them with other input shapes than predicted" if other else ""
 
 
 def _categories(c) -> Table:

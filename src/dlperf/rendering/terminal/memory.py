@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .format import gib, seconds, wide_console
+from .format import gib, parameters, seconds, wide_console
 
 # The breakdown's rows: label and report field; the first three also per parameter.
 TERMS = (
@@ -26,7 +26,7 @@ def memory_report(r, console: Console | None = None) -> None:
     micro = f", micro-batch {r.micro_batch} x {r.accumulate}" if r.accumulate > 1 else ""
     console.print(
         f"[bold]{escape(r.model)}[/] training on [bold]{r.gpu}[/], {r.precision}, {r.optimizer}, "
-        f"checkpoint {r.checkpoint}: batch {r.batch}{micro}, {r.params / 1e6:,.1f} M parameters"
+        f"checkpoint {r.checkpoint}: batch {r.batch}{micro}, {parameters(r.params)}"
     )
     verdict = "[green]fits[/]" if r.fits else "[red]does not fit[/]"
     console.print(

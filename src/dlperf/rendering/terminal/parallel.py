@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .format import gib, seconds, si, wide_console
+from .format import durations, gib, parameters, seconds, si, sig, wide_console
 
 PLAN_COLUMNS = (
     "#",
@@ -31,7 +31,7 @@ def plan_report(r, top: int = 12, console: Console | None = None) -> None:
         f"[bold]{escape(r.model)}[/] on {r.gpus} x [bold]{r.gpu}[/] "
         f"({r.gpus_per_node} per node{domain}, {gib(r.memory_bytes)} each), {r.precision}: "
         f"global batch {r.global_batch}, "
-        f"micro-batch {r.micro_batch}, {r.params / 1e9:,.2f} B parameters"
+        f"micro-batch {r.micro_batch}, {parameters(r.params)}"
     )
     if r.fixed:
         given = ", ".join(f"{k} {v}" for k, v in r.fixed.items())
@@ -77,9 +77,9 @@ def _collectives(best, console: Console) -> None:
 
 def _plan_row(p) -> tuple[str, ...]:
     if p.tokens_per_s_per_gpu:
-        rate = f"{p.tokens_per_s_per_gpu:,.0f} tok/s/GPU"
+        rate = f"{sig(p.tokens_per_s_per_gpu)} tok/s/GPU"
     else:
-        rate = f"{p.samples_per_s:,.1f} samples/s"
+        rate = f"{sig(p.samples_per_s)} samples/s"
     return (
         escape(p.name.split("-ckpt:")[0]),
         p.checkpoint,
@@ -127,22 +127,17 @@ def run_choices(doc: dict, top: int = 12, console: Console | None = None) -> Non
         rank = "GPU-hours (the cost at any price; --price-per-gpu-hour prices it)"
     title = f"the run at each GPU count, best first by {rank}"
     if deadline:
-        title += f" (deadline {deadline / 86400:,.1f} days)"
+        title += f" (deadline {seconds(deadline)})"
     table = Table(title=title)
     for column in ("GPUs", "best plan", "step", "run", "GPU-hours", "cost", "deadline"):
         table.add_column(column, justify="left" if column == "best plan" else "right")
-    for c in doc["choices"]:
-        cost = f"{c['cost']:,.0f}" if c["cost"] is not None else "-"
+    choices = doc["choices"]
+    steps = durations(c["step_s"] for c in choices)  # one unit a column
+    runs = durations(c["run_s"] for c in choices)
+    for c, step, run in zip(choices, steps, runs, strict=True):
+        cost = sig(c["cost"]) if c["cost"] is not None else "-"
         met = "met" if c["meets_deadline"] else "[red]missed[/]"
-        run_s = c["run_s"]
-        run = (
-            f"{run_s / 86400:,.2f} d"
-            if run_s >= 86400
-            else f"{run_s / 3600:,.2f} h"
-            if run_s >= 3600
-            else seconds(run_s)
-        )
-        table.add_row(str(c["gpus"]), escape(c["plan"]), seconds(c["step_s"]), run,
-                      f"{c['gpu_hours']:,.0f}", cost, met if deadline else "")  # fmt: skip
+        table.add_row(str(c["gpus"]), escape(c["plan"]), step, run, sig(c["gpu_hours"]), cost,
+                      met if deadline else "")  # fmt: skip
     console.print(table)
     plan_report(doc["chosen"], top=top, console=console)
