@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..errors import DlperfError
 from ..hardware.calibration import layer_keys
+from ..hardware.catalog import resolve_id
 from ..jsonable import fields_dict, jsonable
 from ..kernels.roofline import roofline_time_s
 from ..kinds import module_at_depth
@@ -251,8 +252,6 @@ def _device_notes(spec, data: TraceData) -> list[str]:
     """A note when the trace ran on another GPU than the one it is priced on
     (`--gpu v100` beside an A100's trace): every op's error is then the two
     GPUs' difference as much as the model's."""
-    from ..hardware.catalog import resolve_id
-
     name = data.device_name
     ran = resolve_id(name) if name and data.kernels else None
     if not ran:
