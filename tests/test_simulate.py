@@ -51,7 +51,7 @@ def test_one_request_prefills_then_decodes_a_token_a_step():
     # its 5 tokens take a step each: finished at 5 s, every gap between tokens 1 s
     t = run_engine(requests([0], [10], [5]), limits(), SecondPerStep())
     assert t.first_token_s[0] == 1.0 and t.finish_s[0] == 5.0
-    assert list(t.itl_s) == [1.0] * 4
+    assert list(t.itl.values()) == [1.0] * 4
 
 
 def test_chunked_prefill_cuts_a_prompt_to_the_token_budget():
@@ -388,3 +388,19 @@ def test_a_file_of_timestamps_sends_its_requests_at_them(tmp_path, capsys):
     # 3 requests 1 s apart: 2 gaps over 2 s, 1 request/s
     assert doc["num_prompts"] == 3 and doc["request_rate"] == pytest.approx(1.0)
     assert any("arrival_s" in note for note in doc["notes"])
+
+
+def test_token_gaps_fold_into_bins_past_their_exact_budget(monkeypatch):
+    """Past `EXACT` gaps the run keeps counts over bins 0.5% wide: its memory stops
+    growing, the mean stays exact and a percentile lands within a bin of numpy's."""
+    from dlperf.serving.scheduler import TokenGaps
+
+    monkeypatch.setattr(TokenGaps, "EXACT", 1000)
+    gaps, values = TokenGaps(), np.random.default_rng(0).lognormal(-4.0, 0.5, 5000)
+    for part in np.split(values, 10):
+        gaps.add(part)
+    assert gaps.values() is None and gaps.counts.size == 460 * 14 + 1
+    stats = gaps.stats((50, 90, 99))
+    assert stats["mean"] == pytest.approx(values.mean(), rel=1e-12)
+    for q in (50, 90, 99):
+        assert stats[f"p{q}"] == pytest.approx(np.percentile(values, q), rel=0.006)

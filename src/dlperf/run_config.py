@@ -108,6 +108,11 @@ class ParallelConfig:
 
 # The KV cache block sizes vLLM's CacheConfig takes (its BlockSize literal).
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
+# The most requests one simulation sends: each holds about 120 bytes of state for
+# the run (its lengths, its progress, its first and last token's times; the gaps
+# between tokens are bounded, `serving.scheduler.TokenGaps`), so 10^7 hold 1.2 GB
+# and take tens of minutes; the percentiles settle within a few thousand.
+MAX_PROMPTS = 10**7
 
 
 @dataclass(frozen=True)
@@ -320,6 +325,12 @@ def _check_values(config: RunConfig) -> None:
                  "max_model_len"):  # fmt: skip
         _whole(name, getattr(serving, name))
     _whole("seed", serving.seed, minimum=0)
+    if serving.num_prompts is not None and serving.num_prompts > MAX_PROMPTS:
+        raise DlperfError(
+            f"--num-prompts {serving.num_prompts:,} is more than the {MAX_PROMPTS:,} requests one "
+            "simulation sends (each holds its state for the run): give fewer; a few thousand "
+            "settle the latency percentiles"
+        )
     if serving.block_size not in BLOCK_SIZES:
         raise DlperfError(
             f"--block-size {serving.block_size} is not a KV cache block size vLLM takes: "

@@ -63,18 +63,81 @@ class EngineLimits:
         return scheduling_policy(self.policy, self.chunked_prefill)
 
 
+class TokenGaps:
+    """The gaps between consecutive tokens of a run, in memory that does not grow
+    with it: kept exactly up to `EXACT` gaps (every run of 10^4 requests), then
+    folded into counts over log-spaced bins 0.5% wide (percentiles to within
+    one, the mean exact)."""
+
+    EXACT = 2**23  # 64 MiB of float64
+    BINS_PER_DECADE = 460  # 10 ** (1 / 460) = 1.005
+    LOW_S, DECADES = 1e-9, 14  # 1 ns .. 10^5 s
+
+    def __init__(self):
+        self.exact: list[np.ndarray] | None = []
+        self.held = 0
+        self.counts: np.ndarray | None = None
+        self.count, self.total = 0, 0.0
+        self.low, self.high = math.inf, -math.inf
+
+    def add(self, gaps: np.ndarray) -> None:
+        if not len(gaps):
+            return
+        self.count += len(gaps)
+        self.total += float(gaps.sum())
+        self.low, self.high = min(self.low, float(gaps.min())), max(self.high, float(gaps.max()))
+        if self.exact is not None:
+            self.exact.append(gaps)
+            self.held += len(gaps)
+            if self.held <= self.EXACT:
+                return
+            gaps, self.exact = np.concatenate(self.exact), None
+            self.counts = np.zeros(self.BINS_PER_DECADE * self.DECADES + 1, np.int64)
+        self.counts += np.bincount(self._bins(gaps), minlength=len(self.counts))
+
+    def _bins(self, gaps: np.ndarray) -> np.ndarray:
+        scaled = np.log10(np.maximum(gaps, self.LOW_S) / self.LOW_S) * self.BINS_PER_DECADE
+        return np.minimum(scaled.astype(np.int64), self.BINS_PER_DECADE * self.DECADES)
+
+    def values(self) -> np.ndarray | None:
+        """Every gap, while they are held exactly (None once binned)."""
+        if self.exact is None:
+            return None
+        return np.concatenate(self.exact) if self.exact else np.empty(0)
+
+    def stats(self, percentiles) -> dict:
+        """mean, median and the percentiles (None for a run without gaps)."""
+        if not self.count:
+            return {"mean": None, "median": None, **{f"p{q}": None for q in percentiles}}
+        exact = self.values()
+        if exact is not None:
+            out = {"mean": float(np.mean(exact)), "median": float(np.median(exact))}
+            out.update({f"p{q}": float(np.percentile(exact, q)) for q in percentiles})
+            return out
+        cumulative = np.cumsum(self.counts)
+
+        def at(q: float) -> float:
+            i = int(np.searchsorted(cumulative, q / 100 * self.count))
+            middle = self.LOW_S * 10 ** ((i + 0.5) / self.BINS_PER_DECADE)
+            return float(min(max(middle, self.low), self.high))
+
+        out = {"mean": self.total / self.count, "median": at(50)}
+        out.update({f"p{q}": at(q) for q in percentiles})
+        return out
+
+
 @dataclass
 class Timings:
-    """Per request: when its first token came and when it finished; all the
-    gaps between consecutive tokens; and the run's counters."""
+    """Per request: when its first token came and when it finished; the gaps
+    between consecutive tokens (`TokenGaps`); and the run's counters."""
 
     first_token_s: np.ndarray
     finish_s: np.ndarray
-    itl_s: np.ndarray
+    itl: TokenGaps = field(default_factory=TokenGaps)
     steps: int = 0
     preemptions: int = 0
     busy_s: float = 0.0
-    batch_sizes: list[int] = field(default_factory=list)
+    batch_total: int = 0  # sequences over all steps (their mean: batch_total / steps)
 
 
 @dataclass(frozen=True)
@@ -149,7 +212,6 @@ class EngineState:
         self.held = np.zeros(n, np.int64)
         self.admitted_once = np.zeros(n, bool)
         self.last_token = np.zeros(n)
-        self.gaps: list[np.ndarray] = []
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.free = limits.kv_blocks
@@ -157,7 +219,7 @@ class EngineState:
         self.group, self.prefix = work.group, work.prefix_len
         self.prefixes_cached: set[int] = set()  # groups whose shared prompt is computed
         self.now, self.done = 0.0, 0
-        self.timings = Timings(np.full(n, np.nan), np.full(n, np.nan), np.empty(0))
+        self.timings = Timings(np.full(n, np.nan), np.full(n, np.nan))
 
     def blocks_for(self, tokens) -> int:
         return -(-tokens // self.limits.block_size)
@@ -178,7 +240,6 @@ class EngineState:
             if not scheduled:
                 raise DlperfError("dlperf's simulated engine stalled: nothing could be scheduled")
             self._step(scheduled)
-        self.timings.itl_s = np.concatenate(self.gaps) if self.gaps else np.empty(0)
         return self.timings
 
     # -- scheduling -------------------------------------------------------------
@@ -273,12 +334,12 @@ class EngineState:
         self.now += seconds
         self.timings.steps += steps
         self.timings.busy_s += seconds
-        self.timings.batch_sizes.append(batch)
+        self.timings.batch_total += batch * steps
 
     def _emit(self, ids: np.ndarray) -> None:
         """Each of `ids` emits one token now; the ones at their last finish."""
         started = self.generated[ids] > 0
-        self.gaps.append(self.now - self.last_token[ids[started]])
+        self.timings.itl.add(self.now - self.last_token[ids[started]])
         self.timings.first_token_s[ids[~started]] = self.now
         self.last_token[ids] = self.now
         self.generated[ids] += 1
@@ -327,10 +388,8 @@ class EngineState:
         held = self.blocks_for(self.computed[ids] + steps)
         self.free -= int((held - self.held[ids]).sum())
         self.held[ids] = held
-        self.gaps.append(self.now + times[0] - self.last_token[ids])
-        self.gaps.append(np.repeat(times[1:], len(ids)))
-        for _ in range(steps - 1):
-            self.timings.batch_sizes.append(len(ids))
+        self.timings.itl.add(self.now + times[0] - self.last_token[ids])
+        self.timings.itl.add(np.repeat(times[1:], len(ids)))
         self._advance(float(times.sum()), len(ids), steps)
         self.computed[ids] += steps
         self.generated[ids] += steps

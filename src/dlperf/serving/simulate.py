@@ -150,9 +150,9 @@ def _fill(report: SimulationReport, work: Workload, timings: Timings, slo: Slo |
     report.output_throughput = float(out.sum()) / duration
     report.total_token_throughput = report.input_throughput + report.output_throughput
     report.ttft, report.tpot, report.e2e = _stats(ttft), _stats(tpot), _stats(e2e)
-    report.itl = _stats(timings.itl_s)
+    report.itl = timings.itl.stats(PERCENTILES)
     report.steps, report.preemptions = timings.steps, timings.preemptions
-    report.mean_batch = float(np.mean(timings.batch_sizes)) if timings.batch_sizes else 0.0
+    report.mean_batch = timings.batch_total / timings.steps if timings.steps else 0.0
     if slo is not None:
         per_token = np.zeros(len(work))
         per_token[many] = tpot
