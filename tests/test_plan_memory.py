@@ -143,6 +143,22 @@ def test_hsdp_shards_within_a_node():
     assert Layout(dp=16, tp=1, pp=1, sharding="fsdp").shard_ranks == 16
 
 
+def test_the_optimizer_is_sharded_over_data_and_context_parallel_ranks():
+    # Megatron-Core's distributed optimizer shards over its dp x cp group (the cp
+    # ranks hold the same weights and reduce the same gradients): 1e9 parameters
+    # in 8 blocks on pp 2, tp 2 -> 2.5e8 a GPU; dp 4 x cp 2 = 8 shards of K = 12 B:
+    # 12 x 2.5e8 / 8 = 3.75e8 B (3.75e8 x 2 = 7.5e8 sharded over dp alone)
+    spec = dlperf.gpu("h100")
+    at = Layout(dp=4, tp=2, pp=2, cp=2, sharding="zero1", schedule=parse_schedule("1f1b"))
+    assert (at.shard_ranks, at.state_shards) == (4, 8)
+    mem = memory_per_gpu(_profile(), spec, at)
+    assert mem.optimizer_bytes == 12 * 2.5e8 / 8
+    assert mem.weights_bytes == 2 * 2.5e8  # the bf16 weights are whole on each
+    # hsdp keeps its node's shards; no sharding, none
+    assert Layout(dp=16, tp=1, pp=1, cp=2, sharding="hsdp").state_shards == 4
+    assert Layout(dp=4, tp=1, pp=1, cp=2).state_shards == 1
+
+
 def test_schedules_hold_their_micro_batches_in_flight():
     # 4 stages, 8 micro-batches
     assert parse_schedule("1f1b").in_flight(4, 8) == 4  # stage 1 holds p
