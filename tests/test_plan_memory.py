@@ -13,6 +13,7 @@ import dlperf
 from dlperf.errors import DlperfError
 from dlperf.parallel import Layout, ModelProfile, memory_per_gpu, parse_schedule, profile
 from dlperf.parallel.memory import block_activations, stage_memory, zero_state_bytes
+from dlperf.parallel.report import compute_policy
 from dlperf.run import Session, resolve
 from dlperf.training_memory import framework_memory
 
@@ -279,3 +280,36 @@ def test_reduce_dtype_is_refused_where_no_gradient_is_reduced():
         dlperf.memory("hf:gpt2:layers=1", reduce_dtype="bf16")
     with pytest.raises(DlperfError, match="unknown --reduce-dtype"):
         dlperf.plan("hf:gpt2:layers=1", reduce_dtype="fp8")
+
+
+TE_LLAMA = "hf:llama:layers=2,hidden=256,heads=4,kv_heads=2,mlp=512,vocab=1000"
+
+
+@pytest.mark.parametrize(("precision", "expected"), [("bf16", 1_726_464), ("fp8", 1_529_856)])
+def test_transformer_engine_kernels_save_what_megatron_saves(precision, expected):
+    # issue 35: a Llama block as Megatron-Core with Transformer Engine saves it,
+    # h 256, kv 128 (2 of 4 heads of 64), ffn 512, 2 x 128 = 256 tokens, bf16:
+    #   two norms' inputs 2 x 2 h T = 262,144 and fp32 rstd 2 x 4 T = 2,048
+    #   the norms' outputs the QKV and gate/up GEMMs read, 2 x 2 h T = 262,144
+    #   attention's Q 2 h T, K and V 2 kv T each, O 2 h T = 393,216; its fp32
+    #   statistics 4 heads x 4 T = 4,096; RoPE's cos and sin (128 x 64 bf16,
+    #   16,384 each) shared by the 2 blocks: 16,384 a block
+    #   SwiGLU's inputs (gate and up outputs) 2 x 2 f T = 524,288, fc2's input 2 f T = 262,144
+    # = 1,726,464 (the model's own ops: 2,512,896, with an fp32 copy and the
+    # normalised values in each norm and silu(gate) besides). Under fp8 the
+    # linear layers keep their fp8 input: the two norm outputs and fc2's input
+    # halve (-131,072 - 131,072) and the output projection's fp8 copy of O
+    # joins attention's bf16 one (+65,536): 1,529,856
+    run = resolve(TE_LLAMA, gpu="h100", precision=precision, batch=2, seq_len=128,
+                  attention="cudnn", kernels="te")  # fmt: skip
+    if precision == "fp8":  # as a ZeRO plan runs it: fp8 GEMMs on the bf16 model
+        run = dataclasses.replace(run, precision=compute_policy(run))
+    assert profile(run, Session(), 2).block_activations_bytes == expected
+    eager = resolve(TE_LLAMA, gpu="h100", precision="bf16", batch=2, seq_len=128,
+                    attention="cudnn")  # fmt: skip
+    assert profile(eager, Session(), 2).block_activations_bytes == 2_512_896
+
+
+def test_kernels_te_is_refused_for_inference():
+    with pytest.raises(DlperfError, match="--kernels te is what a training step saves"):
+        dlperf.memory("hf:gpt2:layers=1", kernels="te", training=False)
