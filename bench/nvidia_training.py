@@ -29,7 +29,8 @@ How each published field becomes a dlperf option:
   perf recipes' distributed optimizer) or `fsdp` where the row ran
   Megatron FSDP; `micro_batch`, `global_batch` as published.
 - the step: `attention cudnn` (Transformer Engine's cuDNN fused
-  attention), `clip_grad` (Megatron clips at 1.0), `cuda_graphs` where the
+  attention), `kernels te` (what Megatron-Core with Transformer Engine's
+  fused norms, SwiGLU and fp8 linear layers save for backward), `clip_grad` (Megatron clips at 1.0), `cuda_graphs` where the
   recipe sets `cuda_graph_impl` (transformer_engine, local or
   full_iteration) or `cuda_graphs: true`; `checkpoint none` unless the
   recipe recomputes: `recompute_modules: [core_attn]` alone is dlperf's
@@ -144,6 +145,7 @@ def case_of(row: dict) -> Case:
         "gpu": GPUS[row["gpu"]],
         "precision": precision,
         "attention": "cudnn",
+        "kernels": "te",
         "clip_grad": True,
         "seq_len": row["seq_len"],
         "gpus": row["n_gpus"],

@@ -13,6 +13,7 @@ import dlperf
 from dlperf.errors import DlperfError
 from dlperf.parallel import Layout, ModelProfile, memory_per_gpu, parse_schedule, profile
 from dlperf.parallel.memory import block_activations, stage_memory, zero_state_bytes
+from dlperf.parallel.report import compute_policy
 from dlperf.run import Session, resolve
 from dlperf.training_memory import framework_memory
 
@@ -143,6 +144,22 @@ def test_hsdp_shards_within_a_node():
     assert Layout(dp=16, tp=1, pp=1, sharding="fsdp").shard_ranks == 16
 
 
+def test_the_optimizer_is_sharded_over_data_and_context_parallel_ranks():
+    # Megatron-Core's distributed optimizer shards over its dp x cp group (the cp
+    # ranks hold the same weights and reduce the same gradients): 1e9 parameters
+    # in 8 blocks on pp 2, tp 2 -> 2.5e8 a GPU; dp 4 x cp 2 = 8 shards of K = 12 B:
+    # 12 x 2.5e8 / 8 = 3.75e8 B (3.75e8 x 2 = 7.5e8 sharded over dp alone)
+    spec = dlperf.gpu("h100")
+    at = Layout(dp=4, tp=2, pp=2, cp=2, sharding="zero1", schedule=parse_schedule("1f1b"))
+    assert (at.shard_ranks, at.state_shards) == (4, 8)
+    mem = memory_per_gpu(_profile(), spec, at)
+    assert mem.optimizer_bytes == 12 * 2.5e8 / 8
+    assert mem.weights_bytes == 2 * 2.5e8  # the bf16 weights are whole on each
+    # hsdp keeps its node's shards; no sharding, none
+    assert Layout(dp=16, tp=1, pp=1, cp=2, sharding="hsdp").state_shards == 4
+    assert Layout(dp=4, tp=1, pp=1, cp=2).state_shards == 1
+
+
 def test_schedules_hold_their_micro_batches_in_flight():
     # 4 stages, 8 micro-batches
     assert parse_schedule("1f1b").in_flight(4, 8) == 4  # stage 1 holds p
@@ -222,14 +239,17 @@ def test_the_loss_holds_tokens_x_vocabulary():
     assert p.post_transient_bytes == 2 * log_softmax
 
 
-def test_fsdp_mixed_precision_runs_in_the_compute_dtype():
+@pytest.mark.parametrize("sharding", ["fsdp", "zero1", "zero2"])
+def test_sharded_mixed_precision_runs_in_the_compute_dtype(sharding):
     # issue 23, item 4: FSDP's mixed precision casts the gathered weights to bf16
-    # and runs without autocast. An amp-bf16 plan's FSDP layout is priced from the
-    # bf16 trace (no fp32 residual stream, no fp32 casts beside each linear): its
-    # activations and forward-backward are those of --precision bf16, its states
-    # the policy's (the same under FSDP: fp32 sharded masters and moments)
+    # and runs without autocast; issue 35: so do ZeRO-1/2 (Megatron's distributed
+    # optimizer runs its Float16Module, DeepSpeed's bf16 engine a bf16 module).
+    # An amp-bf16 plan's sharded layout is priced from the bf16 trace (no fp32
+    # residual stream, no fp32 casts beside each linear): its activations and
+    # forward-backward are those of --precision bf16, its states the policy's
+    # (the same under ZeRO: bf16 weights, fp32 sharded masters and moments)
     common = dict(gpu="h100", gpus=8, micro_batch=2, seq_len=256, dp=8, tp=1, pp=1)
-    common.update(checkpoint="none", sharding="fsdp")
+    common.update(checkpoint="none", sharding=sharding)
     model = "hf:gpt2:layers=2,hidden=256,heads=4"
     amp = dlperf.plan(model, precision="amp-bf16", **common).best
     pure = dlperf.plan(model, precision="bf16", **common).best
@@ -242,8 +262,54 @@ def test_fsdp_mixed_precision_runs_in_the_compute_dtype():
     )
 
 
+def test_fp8_zero1_runs_fp8_gemms_on_the_bf16_model():
+    # fp8 under ZeRO-1 (Megatron's distributed optimizer with Transformer
+    # Engine): the bf16 model's activations, as --precision bf16 saves them,
+    # and its linear GEMMs still on fp8 Tensor Cores: a faster step than bf16
+    common = dict(gpu="h100", gpus=8, micro_batch=2, seq_len=1024, dp=8, tp=1, pp=1)
+    common.update(checkpoint="none", sharding="zero1")
+    model = "hf:llama:layers=2,hidden=2048,heads=16,kv_heads=4,mlp=8192,vocab=32000"
+    fp8 = dlperf.plan(model, precision="fp8", **common).best
+    bf16 = dlperf.plan(model, precision="bf16", **common).best
+    assert fp8.memory.activations_bytes == bf16.memory.activations_bytes
+    assert fp8.step_time_s < bf16.step_time_s
+
+
 def test_reduce_dtype_is_refused_where_no_gradient_is_reduced():
     with pytest.raises(DlperfError, match="one GPU's step reduces none"):
         dlperf.memory("hf:gpt2:layers=1", reduce_dtype="bf16")
     with pytest.raises(DlperfError, match="unknown --reduce-dtype"):
         dlperf.plan("hf:gpt2:layers=1", reduce_dtype="fp8")
+
+
+TE_LLAMA = "hf:llama:layers=2,hidden=256,heads=4,kv_heads=2,mlp=512,vocab=1000"
+
+
+@pytest.mark.parametrize(("precision", "expected"), [("bf16", 1_726_464), ("fp8", 1_529_856)])
+def test_transformer_engine_kernels_save_what_megatron_saves(precision, expected):
+    # issue 35: a Llama block as Megatron-Core with Transformer Engine saves it,
+    # h 256, kv 128 (2 of 4 heads of 64), ffn 512, 2 x 128 = 256 tokens, bf16:
+    #   two norms' inputs 2 x 2 h T = 262,144 and fp32 rstd 2 x 4 T = 2,048
+    #   the norms' outputs the QKV and gate/up GEMMs read, 2 x 2 h T = 262,144
+    #   attention's Q 2 h T, K and V 2 kv T each, O 2 h T = 393,216; its fp32
+    #   statistics 4 heads x 4 T = 4,096; RoPE's cos and sin (128 x 64 bf16,
+    #   16,384 each) shared by the 2 blocks: 16,384 a block
+    #   SwiGLU's inputs (gate and up outputs) 2 x 2 f T = 524,288, fc2's input 2 f T = 262,144
+    # = 1,726,464 (the model's own ops: 2,512,896, with an fp32 copy and the
+    # normalised values in each norm and silu(gate) besides). Under fp8 the
+    # linear layers keep their fp8 input: the two norm outputs and fc2's input
+    # halve (-131,072 - 131,072) and the output projection's fp8 copy of O
+    # joins attention's bf16 one (+65,536): 1,529,856
+    run = resolve(TE_LLAMA, gpu="h100", precision=precision, batch=2, seq_len=128,
+                  attention="cudnn", kernels="te")  # fmt: skip
+    if precision == "fp8":  # as a ZeRO plan runs it: fp8 GEMMs on the bf16 model
+        run = dataclasses.replace(run, precision=compute_policy(run))
+    assert profile(run, Session(), 2).block_activations_bytes == expected
+    eager = resolve(TE_LLAMA, gpu="h100", precision="bf16", batch=2, seq_len=128,
+                    attention="cudnn")  # fmt: skip
+    assert profile(eager, Session(), 2).block_activations_bytes == 2_512_896
+
+
+def test_kernels_te_is_refused_for_inference():
+    with pytest.raises(DlperfError, match="--kernels te is what a training step saves"):
+        dlperf.memory("hf:gpt2:layers=1", kernels="te", training=False)

@@ -51,6 +51,7 @@ class Run:
     reduce_dtype: str = "fp32"
     sparsity: str = ""  # "2:4": linear layers pruned (`precision.with_sparsity`)
     clip_grad: bool = False  # clip_grad_norm_ before the optimizer step
+    kernels: str = "eager"  # eager or te: what the layers save (`training_memory.fused`)
     # The run this one varies by a few modules (a fix of the advice): its
     # trace can be spliced rather than traced whole. Not part of its identity.
     base: Run | None = field(default=None, compare=False, repr=False)
@@ -184,6 +185,7 @@ def _resolved(model, config: RunConfig, laid_out: bool = False) -> Run:
         config.parallel.reduce_dtype or "fp32",
         config.precision.sparsity or "",
         bool(step.clip_grad),
+        kernels=step.kernels,
         config=config,
     )
 

@@ -34,6 +34,7 @@ ATTENTION = ATTENTION_CHOICES
 REDUCE_DTYPES = ("fp32", "bf16")
 SHARDINGS = ("none", "zero1", "zero2", "fsdp", "hsdp")
 SAMPLERS = ("greedy", "top-p")
+KERNELS = ("eager", "te")
 DEFAULT_GPU = "a100-sxm4-80gb"
 
 
@@ -82,6 +83,9 @@ class StepConfig:
     compile: bool = False
     cuda_graphs: bool = False
     loss: str = "eager"  # how a language model's loss runs (`tracing.losses`)
+    # the layers' kernels: the model's own ops (eager) or Megatron-Core with
+    # Transformer Engine's fused ones, as saved for backward (`training_memory.fused`)
+    kernels: str = "eager"
     clip_grad: bool = False  # clip_grad_norm_ before the optimizer step
 
 
@@ -310,6 +314,7 @@ def _check_values(config: RunConfig) -> None:
     get_optimizer(step.optimizer)
     _choice("attention", step.attention, ATTENTION)
     _choice("loss", step.loss, LOSSES)
+    _choice("kernels", step.kernels, KERNELS)
     if par.reduce_dtype is not None:
         _choice("--reduce-dtype", par.reduce_dtype, REDUCE_DTYPES)
     if par.sharding is not None:
@@ -368,6 +373,11 @@ def _check_training_only(step: StepConfig) -> None:
     if step.loss != "eager":
         raise DlperfError(
             f"--loss {step.loss} is a training step's loss; --infer has none: drop it"
+        )
+    if step.kernels != "eager":
+        raise DlperfError(
+            f"--kernels {step.kernels} is what a training step saves for backward; --infer "
+            "saves nothing: drop it"
         )
     if step.clip_grad:
         raise DlperfError(

@@ -327,7 +327,7 @@ def cmd_sweep(args: Namespace) -> None:
 
 
 # How a run is executed on the GPU: measure runs the model here as written.
-RUN_WAYS = ("attention", "checkpoint", "compile", "cuda_graphs", "loss", "reduce_dtype",
+RUN_WAYS = ("attention", "checkpoint", "compile", "cuda_graphs", "loss", "kernels", "reduce_dtype",
             "sparsity", "clip_grad", "channels_last")  # fmt: skip
 
 

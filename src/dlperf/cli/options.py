@@ -245,6 +245,15 @@ MODEL_OPTIONS = (
         "cross-entropy: never the whole logits)",
     ),
     option(
+        "--kernels",
+        api="kernels",
+        default="eager",
+        choices=["eager", "te"],
+        help="the layers' kernels as saved for backward: eager (the model's own ops) or te "
+        "(Megatron-Core with Transformer Engine: fused norms keep their input and statistics, "
+        "a fused SwiGLU its inputs, fp8 linear layers their fp8 input)",
+    ),
+    option(
         "--sparsity",
         api="sparsity",
         choices=list(SPARSITIES),

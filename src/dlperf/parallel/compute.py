@@ -46,5 +46,5 @@ def stage_times(profile: ModelProfile, at: Layout) -> StageTimes:
     dense = profile.block_params - profile.expert_params
     outside = profile.params - profile.block_params
     held = (dense / at.pp + profile.expert_params / (at.pp * at.ep) + outside) / at.tp
-    share_of_states = held / max(profile.params, 1) / (at.shard_ranks if at.zero else 1)
+    share_of_states = held / max(profile.params, 1) / (at.state_shards if at.zero else 1)
     return StageTimes(block_f, block_b, stage, profile.optimizer_s * share_of_states)

@@ -65,6 +65,17 @@ class Layout:
         return self.dp
 
     @property
+    def state_shards(self) -> int:
+        """Ranks one copy of the sharded states is split over: the sharding
+        data-parallel ranks and the context-parallel ranks beside each, which
+        hold the same weights and reduce the same gradients (Megatron-Core's
+        distributed optimizer shards over its dp x cp group, torchtitan's
+        FSDP over dp_shard x cp); hsdp's within a node."""
+        if self.zero == 0 or self.sharding == "hsdp":
+            return self.shard_ranks
+        return self.shard_ranks * self.cp
+
+    @property
     def replicas(self) -> int:
         """Copies of the sharded states (hsdp: one per node group)."""
         return self.dp // self.shard_ranks if self.zero else self.dp

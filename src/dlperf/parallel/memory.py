@@ -11,7 +11,8 @@ by ep; the embedding and output layer, vocabulary-parallel, by tp):
   default) as a buffer.
 - ZeRO (Rajbhandari et al. 2020), (2 + 2 + K) bytes per parameter under
   16-bit math, K = 12 for Adam (fp32 master weights and two fp32 moments):
-  zero1 shards K over the data-parallel ranks, zero2 also the gradients,
+  zero1 shards K over the data-parallel ranks (with the context-parallel
+  ones beside them, which hold the same weights), zero2 also the gradients,
   fsdp (ZeRO-3, FSDP FULL_SHARD; FSDP's MixedPrecision "PURE" keeps an fp32
   sharded master the same way) also the weights; hsdp shards within a node.
   Under fp32 math the weights and gradients take 4 bytes and K has no
@@ -135,7 +136,7 @@ def _stage_params(profile: ModelProfile, at: Layout, stage: str) -> tuple[float,
 
 def _states(profile: ModelProfile, at: Layout, stage: str) -> tuple[float, float, float]:
     blocks, experts, outside = _stage_params(profile, at, stage)
-    shards = at.shard_ranks
+    shards = at.state_shards
     w, g, o = zero_state_bytes(profile, at.zero, shards, blocks + outside)
     ew, eg, eo = zero_state_bytes(profile, at.zero, max(1, shards // at.ep), experts)
     return w + ew, g + eg, o + eo

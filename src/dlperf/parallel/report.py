@@ -6,12 +6,18 @@ that do not, each with what would make it fit. Each layout (dp, tp, pp, cp,
 ep, sharding) is shown once, with its best schedule, sequence parallelism
 and checkpointing.
 
-Under a mixed-precision policy (amp-bf16, amp-fp16), FSDP layouts are priced
-from a second trace in the compute dtype: FSDP's mixed precision (FSDP2's
-`param_dtype`, FSDP1's `MixedPrecision`) casts the gathered parameters to it
-and runs without autocast, so the residual stream and the activations are
-bf16 with no fp32 casts beside each linear layer. Its states stay those of
-the policy (fp32 sharded masters) and so does the optimizer step."""
+Under a mixed-precision policy (amp-bf16, amp-fp16, fp8), sharded layouts
+are priced from a second trace in the compute dtype: FSDP's mixed precision
+(FSDP2's `param_dtype`, FSDP1's `MixedPrecision`) casts the gathered
+parameters to it and runs without autocast, and so do the ZeRO-1/2 runs
+(Megatron-LM's distributed optimizer wraps the model in its Float16Module,
+bf16 or fp16 parameters and inputs; DeepSpeed's bf16/fp16 engine casts the
+module to half precision): the fp32 masters live in the optimizer, as
+`memory.zero_state_bytes` counts them. The residual stream and the
+activations are then bf16 with no fp32 casts beside each linear layer. fp8
+keeps its fp8 linear GEMMs on the bf16 model (Transformer Engine's and
+torchao's casts read the bf16 weights). The states stay those of the policy
+(fp32 sharded masters) and so does the optimizer step."""
 
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from ..dtypes import name_of
 from ..jsonable import fields_dict, jsonable
-from ..precision import resolve_for
+from ..precision import Precision, resolve_for
 from ..run import Run, Session
 from ..training_memory import parse_checkpoint
 from .fitting import remedies
@@ -65,15 +71,24 @@ class PlanReport:
         return out | {"fitting": self.fitting, "plans": jsonable(self.plans)}
 
 
-def _fsdp_profiles(run, session, micro_batch: int, profiles: list[ModelProfile]) -> dict:
-    """Per checkpointing policy, the profile FSDP layouts are priced with: the
-    same as the others unless the policy is mixed precision, then traced in
-    the compute dtype (module docstring), with the policy's states and
-    optimizer step."""
+def compute_policy(run) -> Precision:
+    """The policy a sharded run's model computes in (module docstring): the
+    autocast dtype's own policy, or fp8's linear GEMMs on bf16 weights."""
+    policy = run.precision
+    if policy.fp8_linear:
+        return dataclasses.replace(policy, param_dtype=policy.autocast_dtype)
+    return resolve_for(run.spec, name_of(policy.autocast_dtype), run.training)
+
+
+def _sharded_profiles(run, session, micro_batch: int, profiles: list[ModelProfile]) -> dict:
+    """Per checkpointing policy, the profile sharded layouts (ZeRO-1, 2 and
+    FSDP) are priced with: the same as the others unless the policy is mixed
+    precision, then traced in the compute dtype (module docstring), with the
+    policy's states and optimizer step."""
     policy = run.precision
     if not policy.is_mixed:
         return {}
-    compute = resolve_for(run.spec, name_of(policy.autocast_dtype), run.training)
+    compute = compute_policy(run)
     out = {}
     for p in profiles:
         pure = dataclasses.replace(run, precision=compute, checkpoint=p.checkpoint)
@@ -147,13 +162,13 @@ def plan_report(run: Run, session: Session, micro_batch: int) -> PlanReport:
                    par.measured_interconnect)  # fmt: skip
     found = layouts(first, gpus, net.gpus_per_node, batch, par, first.tokens_per_sample)
     sharded = (
-        _fsdp_profiles(run, session, micro_batch, profiles)
-        if any(at.zero >= 3 for at in found)
+        _sharded_profiles(run, session, micro_batch, profiles)
+        if any(at.zero for at in found)
         else {}
     )
 
     def priced_with(p: ModelProfile, at) -> ModelProfile:
-        return sharded.get(p.checkpoint, p) if at.zero >= 3 else p
+        return sharded.get(p.checkpoint, p) if at.zero else p
 
     priced = [price(priced_with(p, at), run.spec, net, at) for p in profiles for at in found]
     shown = _best_per_layout(ranked(priced))

@@ -14,6 +14,7 @@ from ..errors import DlperfError
 from ..jsonable import fields_dict
 from ..models.inputs import resize_inputs
 from ..tracing import OpEvent, Trace, within
+from .fused import te_saved
 from .partitioner import partitioned
 from .step import StepMemory, step_memory
 
@@ -99,7 +100,10 @@ class MemoryReport(StepMemory):
 
 
 def saved_as_run(trace: Trace, run) -> Trace:
-    """The trace with what `run` saves for backward: compiled, the partitioner's set."""
+    """The trace with what `run` saves for backward: compiled, the partitioner's
+    set; with Transformer Engine's kernels (`--kernels te`), theirs."""
+    if getattr(run, "kernels", "eager") == "te":
+        trace = te_saved(trace)
     return partitioned(trace) if run.compile and trace.training else trace
 
 

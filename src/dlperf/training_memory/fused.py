@@ -1,0 +1,144 @@
+"""What a step saves for backward when its layers run as Megatron-Core with
+Transformer Engine runs them (`--kernels te`), from the eager trace.
+
+The model's own code saves what each of its PyTorch ops needs; TE's and
+Megatron's fused kernels save less:
+
+- a norm (TE's fused LayerNorm/RMSNorm, or the norm fused into the next
+  linear layer, `LayerNormLinear`) keeps its input in the input's dtype and
+  one fp32 statistic per row (rstd; LayerNorm's mean too), and recomputes the
+  rest in backward. Hugging Face's RMSNorm saves an fp32 copy of its input
+  and the normalised values before the weight besides: both are dropped, and
+  the input is kept. The normalised output the next linear layer reads is
+  that layer's saved input, as before.
+- a gated activation (Megatron's fused bias-SwiGLU, TE's `swiglu`) keeps its
+  two inputs, the gate and up projections' outputs, and recomputes the
+  activation of the gate in backward: the activation's output that the
+  product saves (silu(gate), for the up projection's gradient) is dropped.
+  An activation output a linear layer saves (GELU before fc2) is its input
+  and stays.
+- under fp8 (`Precision.fp8_linear`), a block's linear layer keeps its input as the
+  fp8 cast its GEMM read (TE saves the quantized input for the weight
+  gradient: 1 byte an element), not in the compute dtype; where another op
+  saves the same tensor (attention saves its output, the output projection's
+  input) that op's copy stays and the fp8 copy is added.
+
+Everything else (the attention core's Q, K, V, output and statistics, the
+loss) is saved as traced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..dtypes import bytes_per_element
+from ..ops.linear import activation_operand, is_linear_module
+from ..tracing import Trace, within
+from ..tracing.events import SavedTensor
+
+FP8_BYTES = 1
+# The activation ops a fused gated-MLP kernel recomputes from its input.
+GATE_ACTIVATIONS = ("aten.silu", "aten.gelu")
+
+
+def is_norm_module(module_type: str) -> bool:
+    """Whether a module class name is a layer norm or an RMSNorm."""
+    return module_type.endswith(("LayerNorm", "RMSNorm"))
+
+
+def _producers(trace: Trace) -> dict[int, object]:
+    """The forward event that wrote each storage first."""
+    found: dict[int, object] = {}
+    for e in trace.events:
+        if e.phase != "forward":
+            continue
+        for sid in e.writes:
+            found.setdefault(sid, e)
+    return found
+
+
+def _norm_inputs(trace: Trace) -> dict[str, tuple[int, int]]:
+    """Per norm module: (its input's storage, bytes), from its first forward op."""
+    found: dict[str, tuple[int, int]] = {}
+    types = trace.module_types
+    for e in trace.events:
+        if e.phase != "forward" or not e.reads:
+            continue
+        norm = next((m for m in _ancestors(e.module) if is_norm_module(types.get(m, ""))), None)
+        if norm is None or norm in found:
+            continue
+        found[norm] = (e.reads[0], trace.module_inputs.get(norm, 0))
+    return found
+
+
+def _ancestors(path: str):
+    while path:
+        yield path
+        path = path.rpartition(".")[0]
+
+
+def te_saved(trace: Trace) -> Trace:
+    """`trace` with the saved set of Megatron-Core and Transformer Engine
+    (module docstring)."""
+    if not trace.training:
+        return trace
+    types = trace.module_types
+    producers = _producers(trace)
+    norms = _norm_inputs(trace)
+    linear_inputs: set[int] = set()
+    # the blocks' linear layers (Megatron's output layer is not TE's)
+    if trace.precision.fp8_linear:
+        for e in trace.events:
+            at = activation_operand(e) if e.phase == "forward" else None
+            if at is not None and any(within(e.module, b) for b in trace.blocks):
+                linear_inputs.add(e.reads[at])
+    kept: list[SavedTensor] = []
+    seen: set[int] = set()
+    for t in trace.saved:
+        if t.kind != "activation":
+            kept.append(t)
+            continue
+        owner = next((m for m in _ancestors(t.module) if m in norms), None)
+        if owner is not None and t.nbytes > _row_bytes(trace, owner):
+            continue  # a norm's own copies: it keeps its input and statistics
+        made = producers.get(t.storage)
+        linear = is_linear_module(types.get(t.module, ""))
+        if made is not None and made.op.startswith(GATE_ACTIVATIONS) and not linear:
+            continue  # a fused gated activation recomputes it from its input
+        if t.storage in linear_inputs:
+            itemsize = _itemsize(made, t.storage)
+            cast = dataclasses.replace(t, nbytes=t.nbytes * FP8_BYTES // itemsize)
+            if linear:
+                t = cast
+            else:
+                kept.append(cast)  # the linear layer's own fp8 copy beside this one
+        kept.append(t)
+        seen.add(t.storage)
+    for norm, (storage, nbytes) in norms.items():
+        if storage not in seen and nbytes:
+            kept.append(SavedTensor(norm, nbytes, "activation", storage))
+            seen.add(storage)
+    return dataclasses.replace(trace, saved=kept)
+
+
+def _row_bytes(trace: Trace, norm: str) -> int:
+    """The bytes of one fp32 statistic per row of a norm's input (its rstd):
+    what the norm keeps beside its input. Anything larger is a copy."""
+    calls = trace.module_calls.get(norm) or []
+    shape = calls[0][0][0].shape if calls and calls[0] and calls[0][0] else ()
+    if not shape:
+        return 0
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    return rows * 4
+
+
+def _itemsize(event, storage: int) -> int:
+    """Bytes per element of the tensor `event` wrote to `storage` (2: bf16)."""
+    if event is None:
+        return 2
+    for sid, out in zip(event.writes, event.outputs, strict=False):
+        if sid == storage:
+            return out.itemsize
+    return bytes_per_element("bf16")
