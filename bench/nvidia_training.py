@@ -30,9 +30,10 @@ How each published field becomes a dlperf option:
   Megatron FSDP; `micro_batch`, `global_batch` as published.
 - the step: `attention cudnn` (Transformer Engine's cuDNN fused
   attention), `kernels te` (what Megatron-Core with Transformer Engine's
-  fused norms, SwiGLU and fp8 linear layers save for backward), `clip_grad` (Megatron clips at 1.0), `cuda_graphs` where the
-  recipe sets `cuda_graph_impl` (transformer_engine, local or
-  full_iteration) or `cuda_graphs: true`; `checkpoint none` unless the
+  fused norms, SwiGLU and fp8 linear layers save for backward),
+  `clip_grad` (Megatron clips at 1.0), `cuda_graphs` where the recipe
+  sets `cuda_graph_impl` (transformer_engine, local or full_iteration)
+  or `cuda_graphs: true`; `checkpoint none` unless the
   recipe recomputes: `recompute_modules: [core_attn]` alone is dlperf's
   `selective`; any other module list, a block recompute of the first K
   layers (`recompute_num_layers`) and CPU activation offloading
