@@ -93,7 +93,10 @@ def runs_fp8(e: OpEvent, ctx: CostContext) -> bool:
         return False
     if len(a.shape) != 2 or len(b.shape) != 2:
         return False
-    if a.dtype != policy.autocast_dtype or b.dtype != policy.autocast_dtype:
+    # The compute dtype: autocast's, or the weights' own where the run casts
+    # them instead (FSDP's mixed precision, `precision.compute_policy`).
+    compute = policy.autocast_dtype or policy.param_dtype
+    if a.dtype != compute or b.dtype != compute:
         return False
     return all(f % FEATURE_MULTIPLE == 0 for f in _features(gemm_role(e), a, b))
 

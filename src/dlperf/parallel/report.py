@@ -10,17 +10,17 @@ Under a mixed-precision policy (amp-bf16, amp-fp16), FSDP layouts are priced
 from a second trace in the compute dtype: FSDP's mixed precision (FSDP2's
 `param_dtype`, FSDP1's `MixedPrecision`) casts the gathered parameters to it
 and runs without autocast, so the residual stream and the activations are
-bf16 with no fp32 casts beside each linear layer. Its states stay those of
-the policy (fp32 sharded masters) and so does the optimizer step."""
+bf16 with no fp32 casts beside each linear layer; under fp8 the linear
+layers' GEMMs still run in fp8 (`precision.compute_policy`). Its states stay
+those of the policy (fp32 sharded masters) and so does the optimizer step."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, replace
 
-from ..dtypes import name_of
 from ..jsonable import fields_dict, jsonable
-from ..precision import resolve_for
+from ..precision import compute_policy
 from ..run import Run, Session
 from ..training_memory import parse_checkpoint
 from .fitting import remedies
@@ -73,7 +73,7 @@ def _fsdp_profiles(run, session, micro_batch: int, profiles: list[ModelProfile])
     policy = run.precision
     if not policy.is_mixed:
         return {}
-    compute = resolve_for(run.spec, name_of(policy.autocast_dtype), run.training)
+    compute = compute_policy(run.spec, policy, run.training)
     out = {}
     for p in profiles:
         pure = dataclasses.replace(run, precision=compute, checkpoint=p.checkpoint)
