@@ -100,6 +100,29 @@ def test_tensor_parallel_all_reduces_per_block_in_the_math_dtype():
     assert sp.collective("tp all_gather+reduce_scatter").time_s == pytest.approx(tp.time_s)
 
 
+def test_sequence_parallel_gathers_fp8_inputs_under_fp8():
+    # Transformer Engine's current scaling with sequence parallelism casts each
+    # linear layer's local input (and output gradient) to fp8 and all-gathers
+    # the fp8 shards; the reduce-scatters stay bf16, as do the embedding's and
+    # head's pairs. The links have no latency here, so a ring's time is its
+    # bytes: a bf16 pair is 2 x 7/8 x 2e6 B / 100 GB/s = 35 us, an fp8 block's
+    # pair 7/8 x (2e6 + 1e6) / 100e9 = 26.25 us.
+    layout = dict(dp=1, tp=8, pp=1, micro_batches=2, sequence_parallel=True)
+    bf16 = _plan(**layout).collective("tp all_gather+reduce_scatter")
+    fp8 = _plan(_profile(precision="fp8"), **layout).collective("tp all_gather+reduce_scatter")
+    pair, fp8_pair = 2 * 7 / 8 * 2e6 / 100e9, 7 / 8 * 3e6 / 100e9
+    # per micro-batch 4 x 8 block pairs and 2 more, 2 micro-batches
+    assert bf16.time_s == pytest.approx(68 * pair)
+    assert fp8.count == bf16.count == 68
+    assert fp8.time_s == pytest.approx(2 * (32 * fp8_pair + 2 * pair))
+    assert fp8.bytes == pytest.approx(2 * (32 * 0.75 * 2e6 + 2 * 2e6))
+    # without sequence parallelism the all-reduces stay bf16
+    plain = dict(layout, sequence_parallel=False)
+    assert _plan(_profile(precision="fp8"), **plain).collective("tp all_reduce").time_s == (
+        pytest.approx(_plan(**plain).collective("tp all_reduce").time_s)
+    )
+
+
 def test_ddp_all_reduces_fp32_gradients_once_per_step_behind_backward():
     plan = _plan(dp=8, tp=1, pp=1, micro_batches=4)
     reduce = plan.collective("dp all_reduce")

@@ -8,7 +8,12 @@ said):
   checkpointed block runs again (two under full recompute, fewer under
   selective-op), and one each for the embedding and the head; with
   sequence parallelism each becomes an all-gather and a reduce-scatter
-  (the same ring volume). In the math dtype (bf16/fp16 under AMP).
+  (the same ring volume). In the math dtype (bf16/fp16 under AMP); under
+  fp8 with sequence parallelism a block's all-gathers move the fp8 inputs
+  of its linear layers (1 B an element; Transformer Engine reduces the amax
+  over the tp group, casts the local shard and gathers fp8, in forward and
+  for the output gradient in backward) and its reduce-scatters stay bf16;
+  the embedding's and the head's stay bf16.
 - cp: ring attention passes the K and V chunks around the cp ranks (cp - 1
   steps forward; K, V and their gradients backward, twice the bytes),
   overlapped with the attention's own compute: exposed = max(0, comm -
@@ -105,6 +110,8 @@ def _per_micro_batch(
         ring = _ring("all_reduce", "tp", act, at.tp, 1, net)
         if at.sequence_parallel:  # an all-gather and a reduce-scatter: the same volume
             ring = _Ring("all_gather+reduce_scatter", "tp", act, ring.one_s)
+            if profile.precision.fp8_linear:
+                ring = _fp8_gathers(ring, act, per_block * blocks, calls, at.tp, net)
         out.append((ring, calls, calls * ring.one_s))
     if at.cp > 1 and profile.kv_elements:
         local = profile.kv_elements * profile.activation_itemsize / (at.tp * at.cp)
@@ -130,6 +137,19 @@ def _per_micro_batch(
         ring = _ring("reduce_scatter", "dp", grads, at.dp, at.model_parallel, net)
         out.append((ring, 1, _bucketed_exposure(ring, blocks * times.block_backward_s)))
     return out
+
+
+def _fp8_gathers(
+    ring: _Ring, act: float, in_blocks: float, calls: float, tp: int, net: Interconnect
+) -> _Ring:
+    """Sequence parallelism's pairs under fp8 (module docstring): the blocks'
+    all-gathers of fp8 (act / 2 bytes, from bf16), the reduce-scatters and the
+    embedding's and head's pairs in bf16; the average pair over `calls`."""
+    gather = collective_time_s("all_gather", act / 2, tp, net)
+    fp8_pair = collective_time_s("reduce_scatter", act, tp, net) + gather
+    one = (in_blocks * fp8_pair + (calls - in_blocks) * ring.one_s) / calls
+    nbytes = (in_blocks * 0.75 * act + (calls - in_blocks) * act) / calls
+    return _Ring(ring.op, ring.group, nbytes, one)
 
 
 def _fsdp(profile: ModelProfile, net: Interconnect, at: Layout, times: StageTimes) -> list:
