@@ -325,3 +325,40 @@ def test_weights_are_cast_once_per_step():
     wgrad0 = next(r for r in fp8.rows if r.module == "0" and r.gemms[:1]
                   and r.gemms[0].role == "wgrad")  # fmt: skip
     assert wgrad0.bytes == 32_768 + 16_384 + 8192 + 4096 + 4 * 8192 == 94_208
+
+
+class QKVBlock(nn.Module):
+    """A norm feeding three projections, attention-free: q, k, v read one input."""
+
+    def __init__(self, d=64):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.proj(torch.bmm(self.q(h), self.k(h).transpose(1, 2)) @ self.v(h))
+
+
+def test_input_casts_shared_and_amax_fused_into_the_norm():
+    # 2 x 16 = 32 tokens of 64 features. q, k and v read the norm's output
+    # (through autocast's bf16 copies of it): one cast, as Megatron's fused
+    # linear_qkv runs it, and its amax computed by the norm (TE's
+    # FUSED_NORM_AMAX_FP8): the cast reads 2 B and writes 2 x 1 B per element
+    # in 1 kernel: 32 x 64 = 2048 elements, 4096 + 4096 B. k and v cast nothing.
+    # proj reads the attention's bmm output (a GEMM): amax and cast unfused,
+    # 6 B per element in 3 kernels.
+    model, x = QKVBlock(), torch.randn(2, 16, 64)
+    fp8 = dlperf.analyze(model, x, gpu="h100", precision="fp8")
+    amp = dlperf.analyze(model, x, gpu="h100", precision="amp-bf16")
+    fprop = {r.module: r for r in fp8.rows if r.dtype == "fp8" and r.phase == "forward"}
+    bf16 = {r.module: r for r in amp.rows if r.gemms and r.phase == "forward" and r.module}
+    # the GEMM alone reads X and W in fp8 (2048 + 4096 B) and the bias (128 B) and
+    # writes Y in bf16 (4096 B), where bf16 reads twice as many operand bytes
+    gemm = 2048 + 4096 + 128 + 4096
+    assert bf16["q"].bytes == 2 * (2048 + 4096) + 128 + 4096
+    assert (fprop["q"].bytes, fprop["q"].kernels) == (gemm + 2 * 2048 + 2 * 2048, 1 + 1)
+    for shared in ("k", "v"):
+        assert (fprop[shared].bytes, fprop[shared].kernels) == (gemm, 1)
+    assert (fprop["proj"].bytes, fprop["proj"].kernels) == (gemm + 6 * 2048, 1 + 3)

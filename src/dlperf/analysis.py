@@ -37,7 +37,7 @@ from .kernels.pricing import (
 from .kernels.roofline import arithmetic_intensity
 from .kinds import Bound, Category, LossKind, Phase
 from .ops import CATEGORIES, Cost, CostContext, Costed, costed, fallback
-from .ops.float8 import weights_once_per_step
+from .ops.float8 import fused_input_casts, weights_once_per_step
 from .optimizer import (
     clip_grad_cost,
     grad_scaler_cost,
@@ -350,7 +350,7 @@ def analyze_trace(
     after = []  # the optimizer step, eager after the (compiled) forward and backward
     weight_casts = None
     if trace.training and trace.precision.fp8_linear:
-        priced, weight_casts = weights_once_per_step(priced)  # ops/float8.py
+        priced, weight_casts = weights_once_per_step(fused_input_casts(priced))  # ops/float8.py
     if trace.training and optimizer:
         if uses_loss_scaling(trace):  # unscaled before anything reads the gradients
             after.append(grad_scaler_cost(trace))

@@ -43,6 +43,18 @@ kernels; priced here are the fused kernels torch.compile (torchao) and
 Transformer Engine's cast-transpose run. A bias is added in the GEMM's
 epilogue, as Transformer Engine does.
 
+Activations, as Transformer Engine runs them (`fused_input_casts`): a
+tensor several linear layers read (the normed input of q, k and v, of gate
+and up) is cast once: Megatron runs them as one fused linear layer
+(`linear_qkv`, `linear_fc1`), and torch.compile computes one cast of one
+tensor once. An input written by a normalization or an element-wise kernel
+has its amax computed by that kernel (TE's current scaling fuses it into the
+norm, `FUSED_NORM_AMAX_FP8`, and into the activation,
+`FUSED_ACTIVATION_AMAX_FP8`; inductor into the pointwise kernel before):
+its cast reads it once (2 B) in one kernel. Autocast's copies of an input to
+bf16 are looked through: the tensor is the one they copy. Attention's output
+and the output gradients are cast unfused.
+
 Weights, as Transformer Engine runs them (`weights_once_per_step`): cast to
 fp8 once per optimizer step, not per micro-batch. Megatron keeps fp8
 parameters (`fp8_param_gather`, set by Megatron-Bridge's fp8 recipes),
@@ -76,6 +88,9 @@ CAST_READ_BYTES_PER_ELEMENT = 2 + 2
 CAST_WRITTEN_BYTES_PER_ELEMENT = 2 * FP8_BYTES
 # Amax reduction (two stages) and the cast itself.
 KERNELS_PER_CAST = 3
+# What a cast saves when its producer computes the amax: the amax pass.
+AMAX_READ_BYTES_PER_ELEMENT = 2
+AMAX_KERNELS = 2
 # Per element of an fp8 weight, once per step: its fp32 master read for the
 # amax and again for the cast, written in both fp8 layouts.
 WEIGHT_CAST_READ_BYTES_PER_ELEMENT = 4 + 4
@@ -225,3 +240,49 @@ def weights_once_per_step(
 
 def _free(found: Costed, remark: str) -> Costed:
     return Costed(Cost(kernels=0), found.category, found.family, (remark,))
+
+
+def fused_input_casts(priced: list[tuple[OpEvent, Costed]]) -> list[tuple[OpEvent, Costed]]:
+    """Each fp8 fprop's input cast as Transformer Engine runs it (module
+    docstring): none where an earlier fprop of the same pass cast the same
+    tensor, and no amax pass where a normalization or element-wise op wrote it."""
+    source: dict[int, int] = {}  # an autocast copy's storage -> the storage it copies
+    producer: dict[int, Costed] = {}  # storage -> the cost of the op that last wrote it
+    cast: set[tuple[str, int]] = set()  # (phase, storage) of the inputs cast so far
+    out = []
+    for event, found in priced:
+        index = activation_operand(event)
+        if _fp8_role(found) == "fprop" and index is not None and len(event.reads) > index:
+            root = event.reads[index]
+            while root in source:
+                root = source[root]
+            n = event.args[-2].numel
+            if (event.phase, root) in cast:
+                found = _less(found, CAST_READ_BYTES_PER_ELEMENT * n,
+                              CAST_WRITTEN_BYTES_PER_ELEMENT * n, KERNELS_PER_CAST,
+                              "input cast shared with an earlier layer")  # fmt: skip
+            elif root in producer and producer[root].category in _AMAX_PRODUCERS:
+                found = _less(found, AMAX_READ_BYTES_PER_ELEMENT * n, 0, AMAX_KERNELS,
+                              "input amax fused into its producer")  # fmt: skip
+            cast.add((event.phase, root))
+        if _is_copy(event, False) and event.reads and event.writes:
+            source[event.writes[0]] = event.reads[0]
+        for storage in event.writes:
+            producer[storage] = found
+        out.append((event, found))
+    return out
+
+
+_AMAX_PRODUCERS = (Category.NORMALIZATION, Category.ELEMENTWISE)
+
+
+def _less(found: Costed, read: float, written: float, kernels: int, remark: str) -> Costed:
+    """`found` without a cast's `read` and `written` bytes and `kernels`."""
+    cost = replace(
+        found.cost,
+        bytes_read=found.cost.bytes_read - read,
+        bytes_written=found.cost.bytes_written - written,
+        side_bytes=found.cost.side_bytes - read - written,
+        kernels=found.cost.kernels - kernels,
+    )
+    return found._replace(cost=cost, remarks=(*found.remarks, remark))
