@@ -220,3 +220,19 @@ def test_a_plan_on_gb200_searches_tensor_parallelism_across_trays():
     )  # fmt: skip
     assert report.gpus_per_node == 4 and report.nvlink_domain == 16
     assert {p.tp for p in report.plans} == {16}
+
+
+def test_fp8_weights_are_gathered_in_fp8():
+    # Megatron's fp8 recipes keep fp8 parameters (fp8_param_gather): FSDP gathers
+    # each block's 1e8 weights as 1e8 B, not 2e8 B of bf16; the gradients still
+    # reduce in fp32. zero1 gathers the updated block weights after the step in
+    # fp8 too: 8 blocks x 1e8 = 8e8 B where bf16 moves 1.6e9 B.
+    fsdp = dict(dp=8, tp=1, pp=1, sharding="fsdp", micro_batches=4)
+    bf16 = _plan(**fsdp).collectives
+    fp8 = _plan(_profile(precision="fp8"), **fsdp).collectives
+    assert bf16[0].bytes == 64 * 2e8 and fp8[0].bytes == 64 * 1e8
+    assert fp8[0].time_s == pytest.approx(bf16[0].time_s / 2)
+    assert fp8[1].bytes == bf16[1].bytes == 32 * 4e8
+    zero1 = dict(dp=8, tp=1, pp=1, sharding="zero1", micro_batches=4)
+    assert _plan(**zero1).collective("dp all_gather").bytes == 1.6e9
+    assert _plan(_profile(precision="fp8"), **zero1).collective("dp all_gather").bytes == 8e8
