@@ -11,7 +11,7 @@ from dlperf.errors import DlperfError
 from dlperf.ops import CostContext, cost_of
 from dlperf.ops.float8 import gemm_role
 from dlperf.ops.linear import is_linear_module
-from dlperf.precision import POLICIES, resolve_for
+from dlperf.precision import POLICIES, compute_policy, resolve_for
 from dlperf.run import Session, resolve
 from dlperf.tracing import OpEvent, TensorMeta
 
@@ -133,16 +133,17 @@ def test_cast_bytes_per_linear():
     ]
     fprop0, fprop1, wgrad1, dgrad1, wgrad0 = (c for _, _, c in found)
     # A cast of n elements: amax read 2n, cast read 2n, two fp8 layouts written 2n;
-    # 3 kernels (two-stage amax, cast).
-    # fprop 0 casts X (16 x 32 = 512) and W (64 x 32 = 2048): 2560 elements.
-    assert fprop0.side_bytes == 6 * 2560
-    # read: fp8 operands 2560 + bias 64 x 2 + casts 4 x 2560 = 12928
-    assert fprop0.bytes_read == 2560 + 128 + 4 * 2560 == 12928
-    # written: bf16 output 16 x 64 x 2 + casts 2 x 2560 = 7168
-    assert fprop0.bytes_written == 2048 + 2 * 2560 == 7168
-    assert fprop0.kernels == 1 + 2 * 3
-    # fprop 1 casts X (16 x 64 = 1024) and W (48 x 64 = 3072).
-    assert fprop1.side_bytes == 6 * (1024 + 3072)
+    # 3 kernels (two-stage amax, cast). Weights are cast once per step, in the
+    # optimizer phase (`test_weights_are_cast_once_per_step`), not here.
+    # fprop 0 casts X (16 x 32 = 512).
+    assert fprop0.side_bytes == 6 * 512
+    # read: fp8 operands X 512 + W 64 x 32 = 2048, bias 64 x 2, cast 4 x 512 = 4736
+    assert fprop0.bytes_read == 512 + 2048 + 128 + 4 * 512 == 4736
+    # written: bf16 output 16 x 64 x 2 + cast 2 x 512 = 3072
+    assert fprop0.bytes_written == 2048 + 2 * 512 == 3072
+    assert fprop0.kernels == 1 + 3
+    # fprop 1 casts X (16 x 64 = 1024).
+    assert fprop1.side_bytes == 6 * 1024
     # wgrad 1: dW[48, 64] = dY^T[48, 16] X[16, 64]; casts dY (16 x 48 = 768) only:
     # X's transposed fp8 copy was written in forward.
     assert wgrad1.side_bytes == 6 * 768
@@ -178,7 +179,7 @@ def test_conv1d_wgrad_casts_the_output_gradient():
     by_role = {c.gemms[0].role: c for _, _, c in found}
     assert set(by_role) == {"fprop", "dgrad", "wgrad"}
     assert by_role["wgrad"].side_bytes == 6 * 768
-    assert by_role["fprop"].side_bytes == 6 * (512 + 32 * 48)
+    assert by_role["fprop"].side_bytes == 6 * 512  # X only: W once per step
     assert by_role["dgrad"].side_bytes == 0
 
 
@@ -235,11 +236,12 @@ def test_gpt2_linears_run_fp8_and_attention_does_not():
     roles = sorted(g.role for r in fp8.rows if r.dtype == "fp8" for g in r.gemms)
     assert roles == ["dgrad"] * 4 + ["fprop"] * 4 + ["wgrad"] * 4
     # Op for op, the same step as amp-bf16 but the linears' bf16 GEMMs: the LM
-    # head, attention, norms and casts keep their dtypes.
-    assert [(r.module, r.op) for r in fp8.rows] == [(r.module, r.op) for r in amp.rows]
-    changed = {
-        (b.op, b.dtype) for f, b in zip(fp8.rows, amp.rows, strict=True) if f.dtype != b.dtype
-    }
+    # head, attention, norms and casts keep their dtypes; the step adds the
+    # weights' fp8 casts after the optimizer.
+    rows = fp8.rows[:-1]
+    assert fp8.rows[-1].op == "fp8.weight_cast"
+    assert [(r.module, r.op) for r in rows] == [(r.module, r.op) for r in amp.rows]
+    changed = {(b.op, b.dtype) for f, b in zip(rows, amp.rows, strict=True) if f.dtype != b.dtype}
     assert changed == {("aten.addmm.default", "bf16"), ("aten.mm.default", "bf16")}
 
 
@@ -258,3 +260,105 @@ def test_fp8_step_faster_than_amp_bf16_by_less_than_the_peak_ratio():
     # Every linear GEMM runs in fp8.
     assert all(r.dtype == "fp8" for r in fp8.rows if r.gemms)
     assert fp8.totals["flops"] == amp.totals["flops"]
+
+
+def test_fsdp_layouts_keep_the_fp8_gemms():
+    # FSDP's mixed precision runs the model in bf16 without autocast
+    # (`parallel/report.py`); under fp8 its linear layers' GEMMs stay fp8. The
+    # FSDP trace of fp8 was the bf16 one, so an fp8 FSDP plan priced as amp-bf16.
+    spec = dlperf.gpu("h100")
+    compute = compute_policy(spec, FP8)
+    assert (compute.param_dtype, compute.autocast_dtype) == (torch.bfloat16, None)
+    assert compute.fp8_linear and compute.math == "fp8"
+    assert not compute_policy(spec, POLICIES["amp-bf16"]).fp8_linear
+    # One linear layer 8192 -> 8192 on 8 x 1024 = 8192 tokens, traced in bf16:
+    # fprop casts X (8192 x 8192 = 67,108,864 elements), 6 B each (amax read 2,
+    # cast read 2, two fp8 layouts written 2); W is cast once per step.
+    model, x = nn.Linear(8192, 8192, bias=False), torch.empty(8, 1024, 8192)
+    trace = Session().trace(resolve(model.to(torch.bfloat16), x.bfloat16(), gpu=spec,
+                                    precision=compute))  # fmt: skip
+    ctx = CostContext(trace.precision)
+    fprop = next(cost_of(e, ctx) for e in trace.events if e.packet == "aten.mm")
+    assert fprop.gemms[0].dtype == "fp8" and fprop.gemms[0].role == "fprop"
+    assert fprop.side_bytes == 6 * 67_108_864
+    # A plan's FSDP layout, forced alike in fp8 and amp-bf16: 2 x 4096 = 8192
+    # tokens through 2 layers of hidden and MLP size 8192, whose GEMMs (2 x
+    # 8192^3 = 1.1 TFLOP for each MLP GEMM, math-bound) run at about 1.45 PFLOP/s
+    # in fp8 against 0.75 in bf16 (`dlperf gemm 8192 8192 8192 --gpu h100`);
+    # the layers' GEMMs are most of the step, so fp8's compute is well below
+    # amp-bf16's. Before, the FSDP trace of fp8 was bf16's and the two were equal.
+    common = dict(gpu="h100", gpus=8, micro_batch=2, seq_len=4096, dp=8, tp=1, pp=1,
+                  checkpoint="none", sharding="fsdp")  # fmt: skip
+    layers = "hf:llama:layers=2,hidden=8192,heads=64,kv_heads=8,mlp=8192,vocab=512"
+    fp8 = dlperf.plan(layers, precision="fp8", **common).best
+    amp = dlperf.plan(layers, precision="amp-bf16", **common).best
+    assert fp8.compute_time_s < 0.85 * amp.compute_time_s
+
+
+def test_weights_are_cast_once_per_step():
+    # Transformer Engine casts an fp8 weight once per optimizer step (Megatron's
+    # fp8 parameters, or `is_first_microbatch`), from its fp32 master: no bf16
+    # copy per forward, no copy of its gradient to fp32 per backward.
+    # Two linear layers 64 -> 128 -> 32 on 4 x 16 = 64 tokens; x needs no grad.
+    model = nn.Sequential(nn.Linear(64, 128, bias=False), nn.Linear(128, 32, bias=False))
+    fp8 = dlperf.analyze(model, torch.randn(4, 16, 64), gpu="h100", precision="fp8")
+    amp = dlperf.analyze(model, torch.randn(4, 16, 64), gpu="h100", precision="amp-bf16")
+
+    def copies(analysis):
+        return [r for r in analysis.rows if r.op == "aten._to_copy.default" and r.module in "01"]
+
+    # autocast's copies in the layers: X to bf16 (forward), and per weight its
+    # bf16 copy (forward) and its gradient's fp32 copy (backward): 5. Under
+    # amp-bf16 all five run; under fp8 the four weight copies are free.
+    assert len(copies(fp8)) == len(copies(amp)) == 5
+    assert [r.time_s == 0 for r in copies(fp8)] == [True, False, True, True, True]
+    cast = fp8.rows[-1]
+    assert (cast.op, cast.phase) == ("fp8.weight_cast", "optimizer")
+    # 128 x 64 + 32 x 128 = 12,288 weight elements: read 8 B each from the fp32
+    # masters (amax, cast), written 2 x 1 B (both layouts): 98,304 + 24,576 B
+    assert cast.bytes == 12_288 * (8 + 2) == 122_880
+    assert cast.kernels == 2 + 2  # amaxes and scales for all, one cast per weight
+    # Layer 0's wgrad dW[128, 64] = dY^T[128, 64] X[64, 64] writes the fp32
+    # gradient its copy made (128 x 64 x 4 B = 32,768) and its dY cast's two fp8
+    # layouts (8192 x 2 B = 16,384); reads the fp8 operands (8192 + 4096 B) and
+    # dY twice in bf16 for the cast (4 x 8192 B): 49,152 + 45,056 B.
+    wgrad0 = next(r for r in fp8.rows if r.module == "0" and r.gemms[:1]
+                  and r.gemms[0].role == "wgrad")  # fmt: skip
+    assert wgrad0.bytes == 32_768 + 16_384 + 8192 + 4096 + 4 * 8192 == 94_208
+
+
+class QKVBlock(nn.Module):
+    """A norm feeding three projections, attention-free: q, k, v read one input."""
+
+    def __init__(self, d=64):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.proj(torch.bmm(self.q(h), self.k(h).transpose(1, 2)) @ self.v(h))
+
+
+def test_input_casts_shared_and_amax_fused_into_the_norm():
+    # 2 x 16 = 32 tokens of 64 features. q, k and v read the norm's output
+    # (through autocast's bf16 copies of it): one cast, as Megatron's fused
+    # linear_qkv runs it, and its amax computed by the norm (TE's
+    # FUSED_NORM_AMAX_FP8): the cast reads 2 B and writes 2 x 1 B per element
+    # in 1 kernel: 32 x 64 = 2048 elements, 4096 + 4096 B. k and v cast nothing.
+    # proj reads the attention's bmm output (a GEMM): amax and cast unfused,
+    # 6 B per element in 3 kernels.
+    model, x = QKVBlock(), torch.randn(2, 16, 64)
+    fp8 = dlperf.analyze(model, x, gpu="h100", precision="fp8")
+    amp = dlperf.analyze(model, x, gpu="h100", precision="amp-bf16")
+    fprop = {r.module: r for r in fp8.rows if r.dtype == "fp8" and r.phase == "forward"}
+    bf16 = {r.module: r for r in amp.rows if r.gemms and r.phase == "forward" and r.module}
+    # the GEMM alone reads X and W in fp8 (2048 + 4096 B) and the bias (128 B) and
+    # writes Y in bf16 (4096 B), where bf16 reads twice as many operand bytes
+    gemm = 2048 + 4096 + 128 + 4096
+    assert bf16["q"].bytes == 2 * (2048 + 4096) + 128 + 4096
+    assert (fprop["q"].bytes, fprop["q"].kernels) == (gemm + 2 * 2048 + 2 * 2048, 1 + 1)
+    for shared in ("k", "v"):
+        assert (fprop[shared].bytes, fprop[shared].kernels) == (gemm, 1)
+    assert (fprop["proj"].bytes, fprop["proj"].kernels) == (gemm + 6 * 2048, 1 + 3)

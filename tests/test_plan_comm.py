@@ -100,6 +100,29 @@ def test_tensor_parallel_all_reduces_per_block_in_the_math_dtype():
     assert sp.collective("tp all_gather+reduce_scatter").time_s == pytest.approx(tp.time_s)
 
 
+def test_sequence_parallel_gathers_fp8_inputs_under_fp8():
+    # Transformer Engine's current scaling with sequence parallelism casts each
+    # linear layer's local input (and output gradient) to fp8 and all-gathers
+    # the fp8 shards; the reduce-scatters stay bf16, as do the embedding's and
+    # head's pairs. The links have no latency here, so a ring's time is its
+    # bytes: a bf16 pair is 2 x 7/8 x 2e6 B / 100 GB/s = 35 us, an fp8 block's
+    # pair 7/8 x (2e6 + 1e6) / 100e9 = 26.25 us.
+    layout = dict(dp=1, tp=8, pp=1, micro_batches=2, sequence_parallel=True)
+    bf16 = _plan(**layout).collective("tp all_gather+reduce_scatter")
+    fp8 = _plan(_profile(precision="fp8"), **layout).collective("tp all_gather+reduce_scatter")
+    pair, fp8_pair = 2 * 7 / 8 * 2e6 / 100e9, 7 / 8 * 3e6 / 100e9
+    # per micro-batch 4 x 8 block pairs and 2 more, 2 micro-batches
+    assert bf16.time_s == pytest.approx(68 * pair)
+    assert fp8.count == bf16.count == 68
+    assert fp8.time_s == pytest.approx(2 * (32 * fp8_pair + 2 * pair))
+    assert fp8.bytes == pytest.approx(2 * (32 * 0.75 * 2e6 + 2 * 2e6))
+    # without sequence parallelism the all-reduces stay bf16
+    plain = dict(layout, sequence_parallel=False)
+    assert _plan(_profile(precision="fp8"), **plain).collective("tp all_reduce").time_s == (
+        pytest.approx(_plan(**plain).collective("tp all_reduce").time_s)
+    )
+
+
 def test_ddp_all_reduces_fp32_gradients_once_per_step_behind_backward():
     plan = _plan(dp=8, tp=1, pp=1, micro_batches=4)
     reduce = plan.collective("dp all_reduce")
@@ -197,3 +220,19 @@ def test_a_plan_on_gb200_searches_tensor_parallelism_across_trays():
     )  # fmt: skip
     assert report.gpus_per_node == 4 and report.nvlink_domain == 16
     assert {p.tp for p in report.plans} == {16}
+
+
+def test_fp8_weights_are_gathered_in_fp8():
+    # Megatron's fp8 recipes keep fp8 parameters (fp8_param_gather): FSDP gathers
+    # each block's 1e8 weights as 1e8 B, not 2e8 B of bf16; the gradients still
+    # reduce in fp32. zero1 gathers the updated block weights after the step in
+    # fp8 too: 8 blocks x 1e8 = 8e8 B where bf16 moves 1.6e9 B.
+    fsdp = dict(dp=8, tp=1, pp=1, sharding="fsdp", micro_batches=4)
+    bf16 = _plan(**fsdp).collectives
+    fp8 = _plan(_profile(precision="fp8"), **fsdp).collectives
+    assert bf16[0].bytes == 64 * 2e8 and fp8[0].bytes == 64 * 1e8
+    assert fp8[0].time_s == pytest.approx(bf16[0].time_s / 2)
+    assert fp8[1].bytes == bf16[1].bytes == 32 * 4e8
+    zero1 = dict(dp=8, tp=1, pp=1, sharding="zero1", micro_batches=4)
+    assert _plan(**zero1).collective("dp all_gather").bytes == 1.6e9
+    assert _plan(_profile(precision="fp8"), **zero1).collective("dp all_gather").bytes == 8e8

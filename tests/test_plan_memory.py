@@ -13,7 +13,7 @@ import dlperf
 from dlperf.errors import DlperfError
 from dlperf.parallel import Layout, ModelProfile, memory_per_gpu, parse_schedule, profile
 from dlperf.parallel.memory import block_activations, stage_memory, zero_state_bytes
-from dlperf.parallel.report import compute_policy
+from dlperf.precision import compute_policy
 from dlperf.run import Session, resolve
 from dlperf.training_memory import framework_memory
 
@@ -303,7 +303,7 @@ def test_transformer_engine_kernels_save_what_megatron_saves(precision, expected
     run = resolve(TE_LLAMA, gpu="h100", precision=precision, batch=2, seq_len=128,
                   attention="cudnn", kernels="te")  # fmt: skip
     if precision == "fp8":  # as a ZeRO plan runs it: fp8 GEMMs on the bf16 model
-        run = dataclasses.replace(run, precision=compute_policy(run))
+        run = dataclasses.replace(run, precision=compute_policy(run.spec, run.precision))
     assert profile(run, Session(), 2).block_activations_bytes == expected
     eager = resolve(TE_LLAMA, gpu="h100", precision="bf16", batch=2, seq_len=128,
                     attention="cudnn")  # fmt: skip

@@ -37,6 +37,7 @@ from .kernels.pricing import (
 from .kernels.roofline import arithmetic_intensity
 from .kinds import Bound, Category, LossKind, Phase
 from .ops import CATEGORIES, Cost, CostContext, Costed, costed, fallback
+from .ops.float8 import fused_input_casts, weights_once_per_step
 from .optimizer import (
     clip_grad_cost,
     grad_scaler_cost,
@@ -347,12 +348,17 @@ def analyze_trace(
     step in one launch)."""
     priced, unsupported = _costed(trace, checkpoint)
     after = []  # the optimizer step, eager after the (compiled) forward and backward
+    weight_casts = None
+    if trace.training and trace.precision.fp8_linear:
+        priced, weight_casts = weights_once_per_step(fused_input_casts(priced))  # ops/float8.py
     if trace.training and optimizer:
         if uses_loss_scaling(trace):  # unscaled before anything reads the gradients
             after.append(grad_scaler_cost(trace))
         if clip_grad:
             after.append(clip_grad_cost(trace, spec))
         after.append(optimizer_cost(trace, optimizer, spec))
+        if weight_casts:  # fp8 weights cast from the updated masters
+            after.append(weight_casts)
         zeroing = zero_grad_cost(trace, spec)
         if zeroing:  # before PyTorch 2.0: every gradient zeroed in place
             after.append(zeroing)

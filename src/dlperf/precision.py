@@ -113,6 +113,18 @@ FP8_INFERENCE = Precision(
 )
 
 
+def compute_policy(spec, policy: Precision, training: bool | None = True) -> Precision:
+    """What a mixed-precision policy runs as where the weights are cast to its
+    compute dtype instead of under autocast (FSDP's mixed precision, Megatron's
+    bf16 weights): the pure policy of that dtype, and under fp8 the same with
+    the linear layers' GEMMs still on fp8 Tensor Cores (Transformer Engine and
+    torchao run fp8 GEMMs from bf16 weights and activations alike)."""
+    compute = resolve_for(spec, name_of(policy.autocast_dtype), training)
+    if policy.fp8_linear:
+        return dataclasses.replace(compute, name=policy.name, math=policy.math, fp8_linear=True)
+    return compute
+
+
 def precision(name: str | Precision) -> Precision:
     if isinstance(name, Precision):
         return name

@@ -24,33 +24,61 @@ Roles, from PyTorch's autograd formulas for mm (FunctionsManual.cpp,
 - dgrad (backward, otherwise): dX[M, in] = dY W, so k = out and n = in.
 
 Casts, as torchao's own float8 roofline counts them (torchao/float8/
-roofline_utils.py, `get_tensor_memory_traffic_bytes`, bf16 in, fp8 out): a
-tensor is read once to find its amax (2 B/element; a two-stage reduction, 2
-kernels) and once more to be written in fp8 in both layouts its GEMMs take
-(2 B read, 2 x 1 B written, 1 kernel): Hopper's fp8 Tensor Cores take
-K-major operands only, so the backward GEMMs use transposed copies. Each
-tensor is cast once per step and its copies reused (torchao's tensorwise path
-saves the fp8 input and weight for backward and casts the output gradient
-once for both backward GEMMs):
-- fprop casts X (e4m3) and W (e4m3);
+roofline_utils.py, `get_tensor_memory_traffic_bytes`, bf16 in, fp8 out) and
+as Transformer Engine's current scaling runs them (`Float8CurrentScaling
+Quantizer`: compute_amax, then the scale, then cast-transpose): an
+activation is read once to find its amax (2 B/element; a two-stage
+reduction, 2 kernels) and once more to be written in fp8 in both layouts its
+GEMMs take (2 B read, 2 x 1 B written, 1 kernel): Hopper's fp8 Tensor Cores
+take K-major operands only, so the backward GEMMs use transposed copies.
+Each tensor is cast once and its copies reused (the fp8 input is saved for
+backward, the output gradient cast once for both backward GEMMs):
+- fprop casts X (e4m3);
 - wgrad casts dY (e5m2): every trained linear layer runs a wgrad, while the
   first layer of a network runs no dgrad;
 - dgrad casts nothing.
-The weight is cast from the bf16 copy the trace shows (torchao reads the fp32
-master instead: 4 B rather than 2 per read, but makes no bf16 copy). The
-amax-to-scale arithmetic is a few scalar ops, part of the reduction's second
-kernel. Eager torchao runs each cast as several unfused element-wise kernels;
-priced here are the fused kernels torch.compile (torchao) and Transformer
-Engine's cast-transpose run. A bias is added in the GEMM's epilogue, as
-Transformer Engine does.
+The amax-to-scale arithmetic is a few scalar ops, part of the reduction's
+second kernel. Eager torchao runs each cast as several unfused element-wise
+kernels; priced here are the fused kernels torch.compile (torchao) and
+Transformer Engine's cast-transpose run. A bias is added in the GEMM's
+epilogue, as Transformer Engine does.
+
+Activations, as Transformer Engine runs them (`fused_input_casts`): a
+tensor several linear layers read (the normed input of q, k and v, of gate
+and up) is cast once: Megatron runs them as one fused linear layer
+(`linear_qkv`, `linear_fc1`), and torch.compile computes one cast of one
+tensor once. An input written by a normalization or an element-wise kernel
+has its amax computed by that kernel (TE's current scaling fuses it into the
+norm, `FUSED_NORM_AMAX_FP8`, and into the activation,
+`FUSED_ACTIVATION_AMAX_FP8`; inductor into the pointwise kernel before):
+its cast reads it once (2 B) in one kernel. Autocast's copies of an input to
+bf16 are looked through: the tensor is the one they copy. Attention's output
+and the output gradients are cast unfused.
+
+Weights, as Transformer Engine runs them (`weights_once_per_step`): cast to
+fp8 once per optimizer step, not per micro-batch. Megatron keeps fp8
+parameters (`fp8_param_gather`, set by Megatron-Bridge's fp8 recipes),
+written from the fp32 masters after the optimizer's update; without them,
+TE casts on the first micro-batch and reuses the fp8 copy
+(`is_first_microbatch`). So per micro-batch there is no weight cast, no
+bf16 copy of a weight under autocast (the fp8 weight comes from the fp32
+master), and no copy of the weight's gradient to fp32 (the wgrad GEMM
+writes the fp32 gradient, Megatron's `gradient_accumulation_fusion`).
+Once per step, in the optimizer phase, each fp8 weight is read from its
+fp32 master twice (amax 4 B, cast 4 B) and written in both layouts
+(2 x 1 B): one cast-transpose kernel per weight and two multi-tensor kernels
+(the amaxes, the scales) for all of them.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from ..kinds import Category, Phase
 from ..tracing import OpEvent, TensorMeta
 from .cost import Cost, CostContext, Costed, Gemm, noted
 from .factories import out_bytes
-from .linear import CONV1D, is_linear_module
+from .linear import CONV1D, activation_operand, is_linear_module
 
 # Storage of an fp8 operand; the GEMM writes bf16 (`dtypes.accumulator_bytes`).
 FP8_BYTES = 1
@@ -60,6 +88,17 @@ CAST_READ_BYTES_PER_ELEMENT = 2 + 2
 CAST_WRITTEN_BYTES_PER_ELEMENT = 2 * FP8_BYTES
 # Amax reduction (two stages) and the cast itself.
 KERNELS_PER_CAST = 3
+# What a cast saves when its producer computes the amax: the amax pass.
+AMAX_READ_BYTES_PER_ELEMENT = 2
+AMAX_KERNELS = 2
+# Per element of an fp8 weight, once per step: its fp32 master read for the
+# amax and again for the cast, written in both fp8 layouts.
+WEIGHT_CAST_READ_BYTES_PER_ELEMENT = 4 + 4
+WEIGHT_CAST_WRITTEN_BYTES_PER_ELEMENT = 2 * FP8_BYTES
+# Two multi-tensor kernels (amaxes, scales) for all weights, then one each.
+WEIGHT_CAST_SHARED_KERNELS = 2
+# An fp32 gradient element, as the wgrad GEMM writes it in place of bf16.
+FP32_BYTES = 4
 # torch._scaled_mm's (and torchtitan's filter's) multiple for the feature counts.
 FEATURE_MULTIPLE = 16
 
@@ -93,7 +132,10 @@ def runs_fp8(e: OpEvent, ctx: CostContext) -> bool:
         return False
     if len(a.shape) != 2 or len(b.shape) != 2:
         return False
-    if a.dtype != policy.autocast_dtype or b.dtype != policy.autocast_dtype:
+    # The compute dtype: autocast's, or the weights' own where the run casts
+    # them instead (FSDP's mixed precision, `precision.compute_policy`).
+    compute = policy.autocast_dtype or policy.param_dtype
+    if a.dtype != compute or b.dtype != compute:
         return False
     return all(f % FEATURE_MULTIPLE == 0 for f in _features(gemm_role(e), a, b))
 
@@ -102,7 +144,7 @@ def cast_elements(e: OpEvent, role: str) -> tuple[int, ...]:
     """Element counts of the tensors this GEMM casts to fp8 (one entry each)."""
     a, b = e.args[-2], e.args[-1]
     if role == "fprop":
-        return (a.numel, b.numel)  # X and W
+        return (a.numel,)  # X; W is cast once per step (module docstring)
     if role == "wgrad":
         # dY is the factor whose rows or columns are the out features: the left
         # one (dY^T) for nn.Linear's [out, in] weight, the right one for Conv1D's.
@@ -130,3 +172,117 @@ def linear_gemm(e: OpEvent, bias_bytes: int = 0) -> Costed:
     )
     remark = f"fp8 {role}" + (f" with {casts} fp8 cast(s)" if casts else "")
     return noted(cost, remark)
+
+
+def _weight_storage(e: OpEvent) -> int | None:
+    """The storage a linear layer's GEMM reads its weight from (None if not known)."""
+    index = activation_operand(e)
+    if index is None or len(e.reads) <= index + 1:
+        return None
+    return e.reads[index + 1]
+
+
+def _fp8_role(found: Costed) -> str:
+    """fprop, dgrad or wgrad for a linear layer's fp8 GEMM, else ""."""
+    gemms = found.cost.gemms
+    return gemms[0].role if len(gemms) == 1 and gemms[0].dtype == "fp8" else ""
+
+
+def _is_copy(e: OpEvent, backward: bool) -> bool:
+    return e.packet == "aten._to_copy" and (e.phase == Phase.BACKWARD) == backward
+
+
+def weights_once_per_step(
+    priced: list[tuple[OpEvent, Costed]],
+) -> tuple[list[tuple[OpEvent, Costed]], tuple[OpEvent, Costed] | None]:
+    """The fp8 weights as Transformer Engine runs them (module docstring):
+    each forward's autocast copy of an fp8 weight and each backward's copy of
+    its gradient to fp32 cost nothing (the wgrad GEMM writes the fp32
+    gradient instead, 2 B more per element), and the weights' casts are one
+    optimizer-phase event, returned beside the step (None where no linear
+    layer runs fp8)."""
+    weights: dict[int, int] = {}  # storage -> elements, per fp8 weight
+    grads: set[int] = set()  # storages the fp8 wgrads write
+    for event, found in priced:
+        role = _fp8_role(found)
+        storage = _weight_storage(event)
+        if role == "fprop" and storage is not None:
+            weights[storage] = event.args[-1].numel
+        elif role == "wgrad" and event.writes:
+            grads.add(event.writes[0])
+    copied = {e.reads[0] for e, _ in priced if _is_copy(e, True) and e.reads} & grads
+    out = []
+    for event, found in priced:
+        if _is_copy(event, False) and event.writes and event.writes[0] in weights:
+            found = _free(found, "fp8 weight: no bf16 copy (cast once per step)")
+        elif _is_copy(event, True) and event.reads and event.reads[0] in copied:
+            found = _free(found, "fp8 weight gradient: written in fp32 by its wgrad")
+        elif _fp8_role(found) == "wgrad" and event.writes and event.writes[0] in copied:
+            out_meta = event.outputs[0]
+            extra = (FP32_BYTES - out_meta.itemsize) * out_meta.numel
+            found = found._replace(
+                cost=replace(found.cost, bytes_written=found.cost.bytes_written + extra)
+            )
+        out.append((event, found))
+    if not weights:
+        return out, None
+    elements = sum(weights.values())
+    step = OpEvent(op="fp8.weight_cast", args=(), kwargs={}, outputs=(), module="(optimizer)",
+                   phase=Phase.OPTIMIZER, info={"weights": len(weights)})  # fmt: skip
+    cost = Cost(
+        bytes_read=WEIGHT_CAST_READ_BYTES_PER_ELEMENT * elements,
+        bytes_written=WEIGHT_CAST_WRITTEN_BYTES_PER_ELEMENT * elements,
+        kernels=WEIGHT_CAST_SHARED_KERNELS + len(weights),
+    )
+    remark = f"{len(weights)} fp8 weights cast from their fp32 masters, once per step"
+    return out, (step, Costed(cost, Category.OTHER, "movement", (remark,)))
+
+
+def _free(found: Costed, remark: str) -> Costed:
+    return Costed(Cost(kernels=0), found.category, found.family, (remark,))
+
+
+def fused_input_casts(priced: list[tuple[OpEvent, Costed]]) -> list[tuple[OpEvent, Costed]]:
+    """Each fp8 fprop's input cast as Transformer Engine runs it (module
+    docstring): none where an earlier fprop of the same pass cast the same
+    tensor, and no amax pass where a normalization or element-wise op wrote it."""
+    source: dict[int, int] = {}  # an autocast copy's storage -> the storage it copies
+    producer: dict[int, Costed] = {}  # storage -> the cost of the op that last wrote it
+    cast: set[tuple[str, int]] = set()  # (phase, storage) of the inputs cast so far
+    out = []
+    for event, found in priced:
+        index = activation_operand(event)
+        if _fp8_role(found) == "fprop" and index is not None and len(event.reads) > index:
+            root = event.reads[index]
+            while root in source:
+                root = source[root]
+            n = event.args[-2].numel
+            if (event.phase, root) in cast:
+                found = _less(found, CAST_READ_BYTES_PER_ELEMENT * n,
+                              CAST_WRITTEN_BYTES_PER_ELEMENT * n, KERNELS_PER_CAST,
+                              "input cast shared with an earlier layer")  # fmt: skip
+            elif root in producer and producer[root].category in _AMAX_PRODUCERS:
+                found = _less(found, AMAX_READ_BYTES_PER_ELEMENT * n, 0, AMAX_KERNELS,
+                              "input amax fused into its producer")  # fmt: skip
+            cast.add((event.phase, root))
+        if _is_copy(event, False) and event.reads and event.writes:
+            source[event.writes[0]] = event.reads[0]
+        for storage in event.writes:
+            producer[storage] = found
+        out.append((event, found))
+    return out
+
+
+_AMAX_PRODUCERS = (Category.NORMALIZATION, Category.ELEMENTWISE)
+
+
+def _less(found: Costed, read: float, written: float, kernels: int, remark: str) -> Costed:
+    """`found` without a cast's `read` and `written` bytes and `kernels`."""
+    cost = replace(
+        found.cost,
+        bytes_read=found.cost.bytes_read - read,
+        bytes_written=found.cost.bytes_written - written,
+        side_bytes=found.cost.side_bytes - read - written,
+        kernels=found.cost.kernels - kernels,
+    )
+    return found._replace(cost=cost, remarks=(*found.remarks, remark))

@@ -8,7 +8,12 @@ said):
   checkpointed block runs again (two under full recompute, fewer under
   selective-op), and one each for the embedding and the head; with
   sequence parallelism each becomes an all-gather and a reduce-scatter
-  (the same ring volume). In the math dtype (bf16/fp16 under AMP).
+  (the same ring volume). In the math dtype (bf16/fp16 under AMP); under
+  fp8 with sequence parallelism a block's all-gathers move the fp8 inputs
+  of its linear layers (1 B an element; Transformer Engine reduces the amax
+  over the tp group, casts the local shard and gathers fp8, in forward and
+  for the output gradient in backward) and its reduce-scatters stay bf16;
+  the embedding's and the head's stay bf16.
 - cp: ring attention passes the K and V chunks around the cp ranks (cp - 1
   steps forward; K, V and their gradients backward, twice the bytes),
   overlapped with the attention's own compute: exposed = max(0, comm -
@@ -22,8 +27,10 @@ said):
   neighbouring block's compute: exposed = the first gather, plus per block
   max(0, comm - compute), plus the last reduce-scatter. The weights move in
   the math dtype, the gradients in the reduce dtype (`--reduce-dtype`: fp32
-  unless told). hsdp adds an all-reduce of each gradient shard across the
-  node replicas.
+  unless told). Under fp8 the blocks' weights move in fp8 (1 B): Megatron's
+  fp8 recipes keep fp8 parameters and gather them (`fp8_param_gather`), the
+  embedding and the head (not Transformer Engine layers) in bf16. hsdp
+  adds an all-reduce of each gradient shard across the node replicas.
 - zero2: the gradients are reduce-scattered for every micro-batch
   (bucketed, overlapped with its backward).
 - pp: each micro-batch crosses each stage boundary once forward and once
@@ -34,7 +41,8 @@ said):
 Per step: DDP's all-reduce (no sharding) and zero1's reduce-scatter of the
 gradients, bucketed and overlapped with the last micro-batch's backward
 (exposed: what does not fit in it, at least the last bucket); zero1 and
-zero2 all-gather the updated weights after the optimizer step (exposed).
+zero2 all-gather the updated weights after the optimizer step (exposed;
+the blocks' in fp8 under fp8, as FSDP's).
 """
 
 from __future__ import annotations
@@ -49,6 +57,8 @@ from .layout import Layout
 from .memory import math_weight_bytes, stage_blocks
 from .network import Interconnect
 from .profile import ModelProfile
+
+FP8_BYTES = 1
 
 with open(SPECS_DIR / "_framework_comm.toml", "rb") as _f:
     DDP_BUCKET_BYTES: float = tomllib.load(_f)["ddp_bucket_bytes"]
@@ -105,6 +115,8 @@ def _per_micro_batch(
         ring = _ring("all_reduce", "tp", act, at.tp, 1, net)
         if at.sequence_parallel:  # an all-gather and a reduce-scatter: the same volume
             ring = _Ring("all_gather+reduce_scatter", "tp", act, ring.one_s)
+            if profile.precision.fp8_linear:
+                ring = _fp8_gathers(ring, act, per_block * blocks, calls, at.tp, net)
         out.append((ring, calls, calls * ring.one_s))
     if at.cp > 1 and profile.kv_elements:
         local = profile.kv_elements * profile.activation_itemsize / (at.tp * at.cp)
@@ -132,6 +144,19 @@ def _per_micro_batch(
     return out
 
 
+def _fp8_gathers(
+    ring: _Ring, act: float, in_blocks: float, calls: float, tp: int, net: Interconnect
+) -> _Ring:
+    """Sequence parallelism's pairs under fp8 (module docstring): the blocks'
+    all-gathers of fp8 (act / 2 bytes, from bf16), the reduce-scatters and the
+    embedding's and head's pairs in bf16; the average pair over `calls`."""
+    gather = collective_time_s("all_gather", act / 2, tp, net)
+    fp8_pair = collective_time_s("reduce_scatter", act, tp, net) + gather
+    one = (in_blocks * fp8_pair + (calls - in_blocks) * ring.one_s) / calls
+    nbytes = (in_blocks * 0.75 * act + (calls - in_blocks) * act) / calls
+    return _Ring(ring.op, ring.group, nbytes, one)
+
+
 def _fsdp(profile: ModelProfile, net: Interconnect, at: Layout, times: StageTimes) -> list:
     """Per micro-batch: each block gathered twice and its gradients scattered."""
     blocks = stage_blocks(profile, at)
@@ -139,7 +164,7 @@ def _fsdp(profile: ModelProfile, net: Interconnect, at: Layout, times: StageTime
     per_block = profile.params_per_block / at.tp
     if profile.blocks:  # experts are split by ep as well
         per_block -= profile.expert_params / profile.blocks / at.tp * (1 - 1 / at.ep)
-    block_bytes = per_block * math_bytes
+    block_bytes = per_block * _block_weight_bytes(profile)
     grad_bytes = per_block * profile.reduce_bytes
     root = (profile.params - profile.block_params) / at.tp
     shards, stride = at.shard_ranks, at.model_parallel
@@ -161,6 +186,12 @@ def _fsdp(profile: ModelProfile, net: Interconnect, at: Layout, times: StageTime
     if across > 1:
         out.append((replica, blocks, 0.0))  # its exposure is in the backward's above
     return out
+
+
+def _block_weight_bytes(profile: ModelProfile) -> int:
+    """Bytes per element of a block's weights as data parallelism gathers them:
+    fp8 under fp8 (its fp8 parameters), else the math dtype's."""
+    return FP8_BYTES if profile.precision.fp8_linear else math_weight_bytes(profile)
 
 
 def _held_params(profile: ModelProfile, at: Layout) -> float:
@@ -203,7 +234,10 @@ def _per_step(
     if at.zero == 1:
         ring = _ring("reduce_scatter", "dp", grads, at.dp, stride, net)
         out.append((ring, 1, _bucketed_exposure(ring, backward)))
-    weights = _held_params(profile, at) * math_weight_bytes(profile)  # the updated weights
+    root = (profile.params - profile.block_params) / at.tp  # embedding, head: bf16
+    blocks_held = _held_params(profile, at) - root
+    # the updated weights
+    weights = blocks_held * _block_weight_bytes(profile) + root * math_weight_bytes(profile)
     gather = _ring("all_gather", "dp", weights, at.dp, stride, net)
     out.append((gather, 1, gather.one_s))
     return out

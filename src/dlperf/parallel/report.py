@@ -15,18 +15,18 @@ bf16 or fp16 parameters and inputs; DeepSpeed's bf16/fp16 engine casts the
 module to half precision): the fp32 masters live in the optimizer, as
 `memory.zero_state_bytes` counts them. The residual stream and the
 activations are then bf16 with no fp32 casts beside each linear layer. fp8
-keeps its fp8 linear GEMMs on the bf16 model (Transformer Engine's and
-torchao's casts read the bf16 weights). The states stay those of the policy
-(fp32 sharded masters) and so does the optimizer step."""
+keeps its fp8 linear GEMMs on the bf16 model (`precision.compute_policy`:
+Transformer Engine's and torchao's casts read the bf16 weights). The states
+stay those of the policy (fp32 sharded masters) and so does the optimizer
+step."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, replace
 
-from ..dtypes import name_of
 from ..jsonable import fields_dict, jsonable
-from ..precision import Precision, resolve_for
+from ..precision import compute_policy
 from ..run import Run, Session
 from ..training_memory import parse_checkpoint
 from .fitting import remedies
@@ -71,15 +71,6 @@ class PlanReport:
         return out | {"fitting": self.fitting, "plans": jsonable(self.plans)}
 
 
-def compute_policy(run) -> Precision:
-    """The policy a sharded run's model computes in (module docstring): the
-    autocast dtype's own policy, or fp8's linear GEMMs on bf16 weights."""
-    policy = run.precision
-    if policy.fp8_linear:
-        return dataclasses.replace(policy, param_dtype=policy.autocast_dtype)
-    return resolve_for(run.spec, name_of(policy.autocast_dtype), run.training)
-
-
 def _sharded_profiles(run, session, micro_batch: int, profiles: list[ModelProfile]) -> dict:
     """Per checkpointing policy, the profile sharded layouts (ZeRO-1, 2 and
     FSDP) are priced with: the same as the others unless the policy is mixed
@@ -88,7 +79,7 @@ def _sharded_profiles(run, session, micro_batch: int, profiles: list[ModelProfil
     policy = run.precision
     if not policy.is_mixed:
         return {}
-    compute = compute_policy(run)
+    compute = compute_policy(run.spec, policy, run.training)
     out = {}
     for p in profiles:
         pure = dataclasses.replace(run, precision=compute, checkpoint=p.checkpoint)
