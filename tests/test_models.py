@@ -246,3 +246,14 @@ def test_a_config_validation_error_is_shown_whole(tmp_path):
         load_model(f"hf:{config}", batch=1, seq_len=8)
     assert "\n" not in str(err.value) and not str(err.value).endswith(":")
     assert "500" in str(err.value)
+
+
+def test_head_dim_where_the_config_class_does_not_declare_it():
+    """Qwen3-MoE's attention reads `head_dim` though its config class does not
+    declare it (Qwen3-30B-A3B: 32 heads of 128 on a 2048-wide model); GPT-2's
+    never reads it: refused, not silently ignored."""
+    model = load_model("hf:qwen3_moe:layers=1,hidden=2048,heads=32,kv_heads=4,head_dim=128,"
+                       "vocab=1000").module  # fmt: skip
+    assert model.model.layers[0].self_attn.q_proj.out_features == 32 * 128
+    with pytest.raises(DlperfError, match="does not read head_dim"):
+        load_model("hf:gpt2:layers=1,head_dim=32")

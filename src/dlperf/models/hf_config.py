@@ -247,6 +247,15 @@ def configure(config, model_type: str, options: dict[str, str], derive: bool = T
         elif key in valid:
             setattr(config, key, _parse_value(model_type, key, text, getattr(config, key, None)))
             chosen.add(key)
+        elif key == "head_dim" and getattr(config, "num_attention_heads", None):
+            # attention code that reads it where the config class does not declare it
+            # (Qwen3-MoE's `getattr(config, "head_dim", hidden // heads)`);
+            # `check_head_dim` refuses it after the build where the model ignored it
+            if not text.isdigit() or int(text) <= 0:
+                raise DlperfError(f"head_dim={text} in hf model spec is not a positive integer")
+            config.head_dim = int(text)
+            config._dlperf_undeclared_head_dim = True  # checked once built (`check_head_dim`)
+            chosen.add(key)
         else:
             raise _unknown_key(model_type, key, config)
     _follow_layers(config, layers_before, chosen)
@@ -263,6 +272,22 @@ def configure(config, model_type: str, options: dict[str, str], derive: bool = T
     derive = derive or resized
     if derive and follows and not derived and not chosen & head_dim:  # hidden / heads
         config.head_dim = config.hidden_size // config.num_attention_heads
+
+
+def check_head_dim(model, config) -> None:
+    """A `head_dim` the config class does not declare is refused where the built
+    model's query projection did not take it (its code never read it)."""
+    if not getattr(config, "_dlperf_undeclared_head_dim", False):
+        return
+    wanted = config.head_dim * config.num_attention_heads
+    widths = {m.out_features for name, m in model.named_modules()
+              if name.endswith("q_proj") and hasattr(m, "out_features")}  # fmt: skip
+    if wanted not in widths:
+        found = f"its query projection is {max(widths)} wide" if widths else "it has no q_proj"
+        raise DlperfError(
+            f"{config.model_type}'s attention does not read head_dim ({found}, not heads x "
+            f"head_dim = {wanted}); drop head_dim"
+        )
 
 
 def _size(config, key: str) -> int | None:

@@ -12,7 +12,7 @@ from torch import nn
 from ..errors import DlperfError
 from ..kernels.attention_backends import REGISTRY
 from .building import build_without_weights, near
-from .hf_config import HF_PRESETS, SIZE_KEYS, configure, parse_options
+from .hf_config import HF_PRESETS, SIZE_KEYS, check_head_dim, configure, parse_options
 from .hub import config_fields
 from .inputs import DEFAULT_SEQ_LEN
 from .loaded import LoadedModel
@@ -147,6 +147,7 @@ def hf_model(spec: str, batch: int, seq_len: int | None, attention: str = "auto"
     auto = getattr(transformers, HEADS[head])
     implementation = _attn_implementation(auto, config, spec, attention)
     model = build_without_weights(auto.from_config, config, **implementation)
+    check_head_dim(model, config)
     limit = _position_limit(config, model)
     loaded = LoadedModel(
         f"hf:{spec}",
