@@ -84,15 +84,15 @@ class TokenGaps:
         if not len(gaps):
             return
         self.count += len(gaps)
-        self.total += float(gaps.sum())
-        self.low, self.high = min(self.low, float(gaps.min())), max(self.high, float(gaps.max()))
-        if self.exact is not None:
+        if self.exact is not None:  # a list append: the simulation's hot path
             self.exact.append(gaps)
             self.held += len(gaps)
             if self.held <= self.EXACT:
                 return
             gaps, self.exact = np.concatenate(self.exact), None
             self.counts = np.zeros(self.BINS_PER_DECADE * self.DECADES + 1, np.int64)
+        self.total += float(gaps.sum())
+        self.low, self.high = min(self.low, float(gaps.min())), max(self.high, float(gaps.max()))
         self.counts += np.bincount(self._bins(gaps), minlength=len(self.counts))
 
     def _bins(self, gaps: np.ndarray) -> np.ndarray:
