@@ -213,6 +213,7 @@ CASES = {
     "serve-bf16-on-t4": ["serve", GPT, "--gpu", "t4", "--precision", "bf16"],
     "serve-memory-share": ["serve", GPT, "--gpu-memory-utilization", "1.5"],
     "serve-offload-negative": ["serve", GPT, "--cpu-offload-gb", "-1"],
+    "tokens-of-an-image-model": ["analyze", CNN, "--train", "--tokens", "1000"],
     "serve-prompts-past-bound": ["serve", GPT, "--request-rate", "5", "--num-prompts",
                                  "1000000000", "--dataset", "random:in=128,out=32"],
     "serve-offload-past-weights": ["serve", GPT, "--cpu-offload-gb", "100"],

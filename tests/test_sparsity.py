@@ -88,3 +88,15 @@ def test_the_advice_names_math_bound_layers_and_says_it_changes_outputs():
     # no sparse Tensor Cores on a V100: no finding
     v100 = dlperf.advise(model, x, gpu="v100", precision="amp-fp16")
     assert not [f for f in v100.findings if f.rule == "sparsity-2-4"]
+
+
+def test_the_text_report_says_the_run_is_sparse(capsys):
+    """`--sparsity 2:4` is named in the text output, with how many GEMMs run sparse."""
+    from dlperf.cli import main
+
+    gpt = "hf:gpt2:layers=1,hidden=64,heads=2,vocab=128,positions=64"
+    assert main(["analyze", gpt, "--gpu", "a100", "--sparsity", "2:4"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    # a training step (analyze's default) of one block: c_attn, c_proj, c_fc, the MLP's
+    # c_proj and the LM head, each with its forward and input-gradient GEMM sparse: 10
+    assert "2:4 sparsity: 10 linear-layer GEMMs on sparse Tensor Cores" in out

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from .checkpointing import with_recompute
 from .compiling import FusionSummary, fuse
 from .dtypes import name_of
+from .errors import DlperfError
 from .hardware import HardwareSpec
 from .hardware.calibration import layer_keys
 from .jsonable import fields_dict, jsonable
@@ -237,7 +238,12 @@ class Analysis:
         """A run of `steps` steps (or enough for `tokens` tokens) on this GPU:
         its time, energy, and with `price` per GPU-hour its cost, per run,
         per step and per million tokens."""
-        if tokens and self.tokens:
+        if tokens and not self.tokens:
+            raise DlperfError(
+                f"--tokens counts the token ids a step reads, and {self.model} reads none "
+                "(its inputs are not token ids): give --steps"
+            )
+        if tokens:
             steps = math.ceil(tokens / self.tokens)
         steps = steps or 1
         energy = self.energy

@@ -114,6 +114,12 @@ def run_lines(a) -> list[str]:
     backends = _attention_backends(a)
     if backends:
         lines.append(f"attention: {backends}")
+    sparse = sum(any(n.startswith("2:4 sparse") for n in r.notes) for r in a.rows)
+    if sparse:
+        lines.append(
+            f"2:4 sparsity: {sparse} linear-layer GEMMs on sparse Tensor Cores (half the "
+            "multiply-adds, each weight at half its values plus their indices)"
+        )
     return lines
 
 
