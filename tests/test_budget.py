@@ -8,7 +8,7 @@ import pytest
 import dlperf
 from dlperf.cli import main
 from dlperf.errors import DlperfError
-from dlperf.parallel.budget import parse_deadline, ranked_choices, run_choices
+from dlperf.parallel.budget import RunChoice, parse_deadline, ranked_choices, run_choices
 
 MODEL = "hf:gpt2:layers=2,hidden=256,heads=4"
 FIXED = dict(gpu="a100", global_batch=64, micro_batch=1, seq_len=256, tp=1, pp=1,
@@ -114,3 +114,16 @@ def test_a_run_line_shows_small_energy_and_cost_and_a_short_deadline():
     assert "e+0" not in out
     for c in choices:
         assert sig(c.gpu_hours) in out  # GPU-hours to 3 significant digits, not whole
+
+
+def test_steps_of_plans_with_different_global_batches_are_refused_and_ties_go_faster():
+    """Without --global-batch each count's plan steps its own batch (dp x micro): 1,000
+    steps on 8 GPUs and on 16 are different amounts of work, refused; with the same
+    batch they compare, and of two equally cheap runs the faster ranks first."""
+    free = {k: v for k, v in FIXED.items() if k != "global_batch"}
+    reports = [dlperf.plan(MODEL, gpus=g, **free) for g in (8, 16)]
+    with pytest.raises(DlperfError, match="different amounts of work"):
+        run_choices(reports, steps=1000)
+    slow = RunChoice(8, "a", 1.0, 100.0, 10.0, None, True)
+    fast = RunChoice(16, "b", 0.5, 50.0, 10.0, None, True)
+    assert [c.gpus for c in ranked_choices([slow, fast], "cost")] == [16, 8]

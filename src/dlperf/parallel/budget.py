@@ -53,7 +53,7 @@ def run_choices(
     tokens or `steps` steps; counts where nothing fits are left out."""
     if not tokens and not steps:
         raise DlperfError("a run needs its length: give --tokens N or --steps N")
-    out = []
+    out, batches = [], {}
     for r in reports:
         best = r.plans[0] if r.plans and r.plans[0].fits else None
         if best is None:
@@ -68,6 +68,13 @@ def run_choices(
         meets = deadline_s is None or run_s <= deadline_s
         cost = price * hours if price is not None else None
         out.append(RunChoice(r.gpus, best.name, best.step_time_s, run_s, hours, cost, meets))
+        batches[r.gpus] = round(best.samples_per_s * best.step_time_s)
+    if steps and not tokens and len(set(batches.values())) > 1:
+        each = ", ".join(f"{b:,} on {g}" for g, b in batches.items())
+        raise DlperfError(
+            f"--steps {steps} of these plans are different amounts of work: their global "
+            f"batches grow with the GPU count ({each}); give --global-batch, or --tokens"
+        )
     return out
 
 
@@ -77,7 +84,9 @@ def ranked_choices(choices: list[RunChoice], rank: str) -> list[RunChoice]:
     if rank not in RANKS:
         raise DlperfError(f"unknown --rank {rank!r}; choose from: {', '.join(RANKS)}")
 
-    def key(c: RunChoice):
-        return (not c.meets_deadline, c.run_s if rank == "time" else c.gpu_hours)
+    def key(c: RunChoice):  # a tie broken by the other measure: the faster, the cheaper
+        if rank == "time":
+            return (not c.meets_deadline, c.run_s, c.gpu_hours)
+        return (not c.meets_deadline, c.gpu_hours, c.run_s)
 
     return sorted(choices, key=key)
