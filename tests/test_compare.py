@@ -471,3 +471,14 @@ def test_compare_says_the_trace_ran_on_another_gpu_and_how_many_shapes_differ(pr
     assert f"({matched} ops matched, {other.other_shapes} of them with other input shapes" in out
     assert other.other_shapes >= matched - 3  # all but the ops without inputs
     assert "but is priced as v100-sxm2-16gb" in out
+
+
+def test_calibrate_refuses_a_trace_of_another_gpu_than_its_gpu(predicted, tmp_path):
+    """An A100's trace fitted onto --gpu v100 would give the V100's spec the A100's
+    speed: refused in one line, naming the GPU to calibrate instead."""
+    path = tmp_path / "run.json"
+    write_trace(path, predicted.rows, true_us)  # deviceProperties: NVIDIA A100-SXM4-80GB
+    with pytest.raises(DlperfError, match=r"ran on NVIDIA A100-SXM4-80GB \(a100-sxm4-80gb\), "
+                       r"not v100-sxm2-16gb"):  # fmt: skip
+        dlperf.calibrate_trace(path, mlp(), tmp_path / "out.toml", inputs=torch.empty(64, 256),
+                               precision="fp32", gpu="v100")  # fmt: skip

@@ -15,7 +15,7 @@ from .errors import DlperfError
 from .hardware import HardwareSpec, resolve_id
 from .hardware import gpu as get_gpu
 from .measurement.calibrate import calibrated_document, write_spec
-from .measurement.compare import compare_trace
+from .measurement.compare import compare_trace, ran_on_other_gpu
 from .measurement.kineto import read_trace
 from .measurement.ranks import RankComparison, rank_traces
 from .measurement.run import adamw_as_run, measure_model
@@ -161,6 +161,12 @@ def calibrate_trace(trace, model, out, inputs=None, config: RunConfig | None = N
     config = run_config(inputs, config, model=model, **options)
     data = read_profile(one_trace(trace, "calibrate --trace"))
     base = trace_device(data, config.device.gpu)
+    ran = ran_on_other_gpu(base, data)
+    if ran is not None:  # a fit would make one GPU's spec run at another's speed
+        raise DlperfError(
+            f"{data.path} ran on {data.device_name} ({ran}), not {base.id}: calibrate the GPU "
+            f"the trace ran on (leave out --gpu, or give --gpu {ran})"
+        )
     if base.calibration is not None:  # fit against the model, not an earlier fit
         base = dataclasses.replace(base, calibration=None)
     analysis = analyze(model, RunConfig.build(config, gpu=base))

@@ -248,25 +248,33 @@ def _shape_match(rows: list, taken: list, calls: list[Call]) -> tuple[int | None
     return (other if recorded else None), (found / total if total else 0.0)
 
 
-def _device_notes(spec, data: TraceData) -> list[str]:
-    """A note when the trace ran on another GPU than the one it is priced on
-    (`--gpu v100` beside an A100's trace): every op's error is then the two
-    GPUs' difference as much as the model's."""
+def ran_on_other_gpu(spec, data: TraceData) -> str | None:
+    """The catalogue GPU a trace ran on where it is not `spec` (None: the same,
+    or a trace that names none)."""
     name = data.device_name
     ran = resolve_id(name) if name and data.kernels else None
     if not ran:
-        return []
+        return None
     same = (
         spec.id == ran
         or spec.id.startswith(f"{ran}-calibrated")
         or name in spec.device_names
         or spec.name.split(" (calibrated")[0] == name
     )
-    if same:
+    return None if same else ran
+
+
+def _device_notes(spec, data: TraceData) -> list[str]:
+    """A note when the trace ran on another GPU than the one it is priced on
+    (`--gpu v100` beside an A100's trace): every op's error is then the two
+    GPUs' difference as much as the model's."""
+    ran = ran_on_other_gpu(spec, data)
+    if ran is None:
         return []
     return [
-        f"the trace ran on {name} ({ran}) but is priced as {spec.id}: each op's error below "
-        f"is the two GPUs' difference as much as the model's (leave out --gpu to price {ran})"
+        f"the trace ran on {data.device_name} ({ran}) but is priced as {spec.id}: each op's "
+        f"error below is the two GPUs' difference as much as the model's (leave out --gpu to "
+        f"price {ran})"
     ]
 
 
