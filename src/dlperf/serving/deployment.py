@@ -96,7 +96,7 @@ class Deployment:
                 f"of weights each GPU holds: give at most that"
             )
         weights -= offloaded
-        traced = activation_bytes(prefill.activation_bytes, _residual_bytes(prefill))
+        traced = activation_bytes(prefill.activation_bytes, prefill.residual_bytes)
         chunk = self.max_num_batched_tokens
         activations = traced * chunk / (prefill.batch * prefill.new_tokens)
         fixed = ServingMemory(weights, 0.0, activations, workspace_bytes(self.spec))
@@ -107,14 +107,6 @@ class Deployment:
         if not per_gpu:
             return kv_bytes_per_token(step.kv_shapes, kv_bytes)
         return kv_bytes_per_token(step.kv_shapes, kv_bytes, self.tp, self.pp)
-
-
-def _residual_bytes(step: Step) -> float:
-    """The residual stream a step holds around its largest op (b x tokens x hidden)."""
-    for r in step.rows:
-        if r.op.startswith("aten.embedding") and r.shapes:
-            return float(step.batch * step.new_tokens * r.shapes[0][-1] * 2)
-    return 0.0
 
 
 def deploy(model, config: RunConfig, session: Session | None = None, fused: bool = True,

@@ -86,6 +86,16 @@ class Step:
     activation_bytes: float = 0.0
 
     @property
+    def residual_bytes(self) -> float:
+        """The residual stream (b x tokens x hidden, the embedding's output, 2 B an
+        element): what a step holds around its largest op, and passes between
+        pipeline stages."""
+        for r in self.rows:
+            if r.op.startswith("aten.embedding") and r.shapes:
+                return float(self.batch * self.new_tokens * r.shapes[0][-1] * 2)
+        return 0.0
+
+    @property
     def gpu_time_s(self) -> float:
         return float(sum(r.time_s for r in self.rows))
 

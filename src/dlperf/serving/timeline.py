@@ -66,7 +66,7 @@ def step_time_s(step: Step, engine, stages: int, micro: int, cuda_graphs: bool) 
         # stage s holds GPUs s*tp .. (s+1)*tp - 1: the stages share a node only when all fit
         across = engine.tp * stages > engine.gpus_per_node
         send_s = send_time_s(
-            _hidden_bytes(step), spec, across, engine.gpus_per_node, engine.node_network_bytes_per_s
+            step.residual_bytes, spec, across, engine.gpus_per_node, engine.node_network_bytes_per_s
         )
     total = sum(stage_s) + (micro - 1) * max(stage_s) + (stages - 1) * send_s
     return {
@@ -82,16 +82,6 @@ def offload_time_s(nbytes: float, spec) -> float:
     if not nbytes:
         return 0.0
     return nbytes / spec.pcie_bandwidth_bytes_per_s
-
-
-def _hidden_bytes(step: Step) -> float:
-    """Bytes of the activations passed between stages: the residual stream
-    (b x tokens x hidden, the embedding's output)."""
-    for r in step.rows:
-        if r.op.startswith("aten.embedding") and r.shapes:
-            hidden = r.shapes[0][-1]
-            return float(step.batch * step.new_tokens * hidden * 2)
-    return 0.0
 
 
 def _issue_s(rows, spec, cuda_graphs: bool) -> float:
