@@ -240,10 +240,8 @@ def configure(config, model_type: str, options: dict[str, str], derive: bool = T
             targets = _alias_targets(config, key)
             if not targets:
                 raise _unknown_key(model_type, key, config)
-            if not text.isdigit() or int(text) <= 0:
-                raise DlperfError(f"{key}={text} in hf model spec is not a positive integer")
             for attr in targets:
-                setattr(config, attr, int(text))
+                setattr(config, attr, _positive(key, text))
         elif key in valid:
             setattr(config, key, _parse_value(model_type, key, text, getattr(config, key, None)))
             chosen.add(key)
@@ -251,9 +249,7 @@ def configure(config, model_type: str, options: dict[str, str], derive: bool = T
             # attention code that reads it where the config class does not declare it
             # (Qwen3-MoE's `getattr(config, "head_dim", hidden // heads)`);
             # `check_head_dim` refuses it after the build where the model ignored it
-            if not text.isdigit() or int(text) <= 0:
-                raise DlperfError(f"head_dim={text} in hf model spec is not a positive integer")
-            config.head_dim = int(text)
+            config.head_dim = _positive(key, text)
             config._dlperf_undeclared_head_dim = True  # checked once built (`check_head_dim`)
             chosen.add(key)
         else:
@@ -272,6 +268,13 @@ def configure(config, model_type: str, options: dict[str, str], derive: bool = T
     derive = derive or resized
     if derive and follows and not derived and not chosen & head_dim:  # hidden / heads
         config.head_dim = config.hidden_size // config.num_attention_heads
+
+
+def _positive(key: str, text: str) -> int:
+    """A size key's value, refused in one line unless a positive integer."""
+    if not text.isdigit() or int(text) <= 0:
+        raise DlperfError(f"{key}={text} in hf model spec is not a positive integer")
+    return int(text)
 
 
 def check_head_dim(model, config) -> None:

@@ -129,8 +129,8 @@ class StepCosts:
             if row.family == "attention" and shapes:
                 row = copy.copy(row)
                 for shape in shapes:
-                    grown = self._attention_s(shape, 1, cached)
-                    row.time_s += grown - self._attention_s(shape, 1, self.short)
+                    grown = self._attention_at(shape, 1, cached)
+                    row.time_s += grown - self._attention_at(shape, 1, self.short)
             rows.append(row)
         grown_step = dataclasses.replace(step, rows=rows, cached=cached)
         line = self.timeline
@@ -138,7 +138,7 @@ class StepCosts:
         engine = line.tracer.engine
         return step_time_s(grown_step, engine, line.pp, micro, line.cuda_graphs)["time_s"]
 
-    def _attention_s(self, shape: AttentionShape, queries: int, cached: int) -> float:
+    def _attention_at(self, shape: AttentionShape, queries: int, cached: int) -> float:
         """`shape` priced as `queries` new tokens after `cached` (`chunk_shape`)."""
         engine = self.timeline.tracer.engine
         chunk = chunk_shape(shape, queries, cached, engine.kv_dtype)
@@ -190,7 +190,7 @@ class StepCosts:
         if self._calls is None:
             self._prefill_at(self.tokens[0])
         return sum(
-            count * self._attention_s(shape, queries, cached) for shape, count in self._calls
+            count * self._attention_at(shape, queries, cached) for shape, count in self._calls
         )
 
     def step_s(self, decodes: int, decode_cached: float, chunks: list[tuple[int, int]]) -> float:
