@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..dtypes import bytes_per_element
 from ..hardware.spec import SPECS_DIR, tomllib
 from ..jsonable import Jsonable
 from .collectives import collective_time_s, send_time_s
@@ -57,8 +58,6 @@ from .layout import Layout
 from .memory import math_weight_bytes, stage_blocks
 from .network import Interconnect
 from .profile import ModelProfile
-
-FP8_BYTES = 1
 
 with open(SPECS_DIR / "_framework_comm.toml", "rb") as _f:
     DDP_BUCKET_BYTES: float = tomllib.load(_f)["ddp_bucket_bytes"]
@@ -191,7 +190,7 @@ def _fsdp(profile: ModelProfile, net: Interconnect, at: Layout, times: StageTime
 def _block_weight_bytes(profile: ModelProfile) -> int:
     """Bytes per element of a block's weights as data parallelism gathers them:
     fp8 under fp8 (its fp8 parameters), else the math dtype's."""
-    return FP8_BYTES if profile.precision.fp8_linear else math_weight_bytes(profile)
+    return bytes_per_element("fp8") if profile.precision.fp8_linear else math_weight_bytes(profile)
 
 
 def _held_params(profile: ModelProfile, at: Layout) -> float:

@@ -36,7 +36,6 @@ from ..ops.linear import activation_operand, is_linear_module
 from ..tracing import Trace, within
 from ..tracing.events import SavedTensor
 
-FP8_BYTES = 1
 # The activation ops a fused gated-MLP kernel recomputes from its input.
 GATE_ACTIVATIONS = ("aten.silu", "aten.gelu")
 
@@ -107,7 +106,7 @@ def te_saved(trace: Trace) -> Trace:
             continue  # a fused gated activation recomputes it from its input
         if t.storage in linear_inputs:
             itemsize = _itemsize(made, t.storage)
-            cast = dataclasses.replace(t, nbytes=t.nbytes * FP8_BYTES // itemsize)
+            cast = dataclasses.replace(t, nbytes=t.nbytes * bytes_per_element("fp8") // itemsize)
             if linear:
                 t = cast
             else:
