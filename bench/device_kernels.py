@@ -1,0 +1,150 @@
+"""dlperf beside kernels timed on a lent H100 (bench/device/kernels.py's figures).
+
+The figures are in bench/measured/<gpu>-<date>/kernels.jsonl (one kernel a line,
+median of CUDA-event timings with L2 flushed before each call). Each is priced
+here as dlperf prices the same call in a model's step: GEMMs by `kernels.gemm`
+(bf16, fp8), attention and element-wise ops by analysing a module that makes
+the one call (SDPA with the backend asked for, F.rms_norm, SiLU-and-mul, a copy).
+Prints per group the median |error| and the median signed error (+: dlperf
+slower than measured), and the rows.
+
+Run: python bench/device_kernels.py [--data bench/measured/h100-2026-11-28] [--rows]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dlperf import analyze
+from dlperf.hardware import gpu
+from dlperf.kernels.gemm import gemm
+
+HERE = Path(__file__).parent
+DEFAULT_DATA = HERE / "measured" / "h100-2026-11-28"
+GPU = "h100-sxm5-80gb"
+
+
+class _Attention(nn.Module):
+    """One SDPA call on q, k, v held as parameters, so a training step runs its backward."""
+
+    def __init__(self, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal):
+        super().__init__()
+        self.q = nn.Parameter(torch.empty(batch, heads, seq_q, head_dim))
+        self.k = nn.Parameter(torch.empty(batch, kv_heads, seq_kv, head_dim))
+        self.v = nn.Parameter(torch.empty(batch, kv_heads, seq_kv, head_dim))
+        self.causal, self.gqa = causal, kv_heads != heads
+
+    def forward(self, x):
+        out = F.scaled_dot_product_attention(self.q, self.k, self.v, is_causal=self.causal,
+                                             enable_gqa=self.gqa)  # fmt: skip
+        return out + x
+
+
+class _Elementwise(nn.Module):
+    def __init__(self, op: str, hidden: int, ffn: int):
+        super().__init__()
+        self.op, self.hidden, self.ffn = op, hidden, ffn
+        self.weight = nn.Parameter(torch.empty(hidden))
+
+    def forward(self, x, gate_up):
+        if self.op == "rms_norm":
+            return F.rms_norm(x, (self.hidden,), self.weight)
+        if self.op == "silu_and_mul":
+            return F.silu(gate_up[:, : self.ffn]) * gate_up[:, self.ffn :]
+        return gate_up.clone()
+
+
+def _op_seconds(analysis, name: str, phases=("forward", "backward")) -> float:
+    return sum(r.time_s for r in analysis.rows if name in r.op and str(r.phase.value) in phases)
+
+
+def gemm_rows(rows: list[dict], spec) -> list[tuple[str, dict, float]]:
+    out = []
+    for r in rows:
+        if r["group"] not in ("gemm_serving", "gemm_training") or "ms" not in r:
+            continue
+        if r.get("fast_accum") is False:
+            continue  # the split-accumulator fp8 kernel: kept as a figure, priced the same
+        size = "decode" if r["m"] <= 256 else "mixed" if r["m"] <= 2048 else "large"
+        if r["group"] == "gemm_training":
+            size = "training"
+        label = f"gemm {r['dtype']} {size}"
+        out.append((label, r, gemm(r["m"], r["n"], r["k"], dtype=r["dtype"], gpu=spec).time_s))
+    return out
+
+
+def attention_rows(rows: list[dict], spec) -> list[tuple[str, dict, float]]:
+    out = []
+    for r in rows:
+        if r["group"] == "attention_training" and "fwd_ms" in r:
+            m = _Attention(
+                r["batch"], r["heads"], r["kv_heads"], r["seq"], r["seq"], r["head_dim"], True
+            )
+            x = torch.empty(r["batch"], r["heads"], r["seq"], r["head_dim"])
+            a = analyze(m, (x,), gpu=spec, precision="bf16", training=True, attention=r["backend"])
+            fwd = _op_seconds(a, "attention", ("forward",))
+            both = _op_seconds(a, "attention")
+            out.append((f"attention {r['backend']} fwd", r | {"ms": r["fwd_ms"]}, fwd))
+            out.append((f"attention {r['backend']} fwd+bwd", r | {"ms": r["fwd_bwd_ms"]}, both))
+        elif r["group"] == "attention_decode" and "ms" in r:
+            m = _Attention(
+                r["batch"], r["heads"], r["kv_heads"], 1, r["cache"], r["head_dim"], False
+            )
+            x = torch.empty(r["batch"], r["heads"], 1, r["head_dim"])
+            a = analyze(m, (x,), gpu=spec, precision="bf16", training=False, attention=r["backend"])
+            out.append((f"decode attention {r['backend']}", r, _op_seconds(a, "attention")))
+    return out
+
+
+def elementwise_rows(rows: list[dict], spec) -> list[tuple[str, dict, float]]:
+    out = []
+    for r in rows:
+        if r["group"] != "elementwise":
+            continue
+        m = _Elementwise(r["op"], r["hidden"], r["ffn"])
+        x = torch.empty(r["tokens"], r["hidden"])
+        gate_up = torch.empty(r["tokens"], 2 * r["ffn"])
+        a = analyze(m, (x, gate_up), gpu=spec, precision="bf16", training=False)
+        out.append((f"elementwise {r['op']}", r, sum(o.time_s for o in a.rows if o.op != "add")))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--rows", action="store_true", help="print every row")
+    args = parser.parse_args()
+    lines = (args.data / "kernels.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines if line.strip()]
+    machine = rows[0]
+    print(f"measured: {machine['gpu']} ({machine['nvidia_smi']}), torch {machine['torch']}, "
+          f"{machine['date']}; priced on {GPU}")  # fmt: skip
+    spec = gpu(GPU)
+    priced = gemm_rows(rows, spec) + attention_rows(rows, spec) + elementwise_rows(rows, spec)
+    groups: dict[str, list[float]] = {}
+    for label, row, seconds in priced:
+        err = seconds / (row["ms"] * 1e-3) - 1.0
+        groups.setdefault(label, []).append(err)
+        if args.rows:
+            shape = {
+                k: v for k, v in row.items() if k not in ("group", "ms", "fwd_ms", "fwd_bwd_ms")
+            }
+            print(f"  {label:32s} {row['ms'] * 1e3:9.1f} us measured {seconds * 1e6:9.1f} us "
+                  f"predicted {err:+6.1%}  {shape}")  # fmt: skip
+    print(f"{'group':32s} {'rows':>4s} {'median |err|':>12s} {'median err':>10s}")
+    for label, errs in groups.items():
+        ape = statistics.median(abs(e) for e in errs)
+        print(f"{label:32s} {len(errs):4d} {ape:12.1%} {statistics.median(errs):+10.1%}")
+    every = [abs(e) for errs in groups.values() for e in errs]
+    print(f"{'all':32s} {len(every):4d} {statistics.median(every):12.1%}")
+
+
+if __name__ == "__main__":
+    main()
