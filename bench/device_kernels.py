@@ -9,6 +9,7 @@ Prints per group the median |error| and the median signed error (+: dlperf
 slower than measured), and the rows.
 
 Run: python bench/device_kernels.py [--data bench/measured/h100-2026-11-28] [--rows]
+     [--fit-attention]
 """
 
 from __future__ import annotations
@@ -120,6 +121,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--rows", action="store_true", help="print every row")
+    parser.add_argument(
+        "--fit-attention", action="store_true", help="refit Hopper's attention anchors"
+    )
     args = parser.parse_args()
     lines = (args.data / "kernels.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines if line.strip()]
@@ -144,6 +148,78 @@ def main() -> None:
         print(f"{label:32s} {len(errs):4d} {ape:12.1%} {statistics.median(errs):+10.1%}")
     every = [abs(e) for errs in groups.values() for e in errs]
     print(f"{'all':32s} {len(every):4d} {statistics.median(every):12.1%}")
+    if args.fit_attention:
+        attention_anchors(rows, spec)
+
+
+def attention_anchors(rows: list[dict], spec) -> None:
+    """Hopper's fused-attention constants refitted on these kernels. An anchor
+    scales a kernel's main-loop rate, so the time goes as 1 / anchor: the refit is
+    the anchor times the median of predicted / measured. A backward thread block
+    also pays `attention_backward_overhead_steps` K/V steps beyond its loop (the
+    forward's one, as prologue and epilogue); its time goes as (S + o + 2) / S for
+    S = seq / 128 steps under a causal mask: o is refitted with the backward
+    anchors, one o for all kernels. The backward is fwd+bwd less fwd, measured and
+    predicted alike. Leave-one-out: refit without one sequence length, judged on it."""
+    from dlperf.kernels.attention import BLOCK_ROWS
+
+    eff = spec.efficiency
+    old = eff.attention_backward_overhead_steps
+    fwd = {}
+    for label, row, seconds in attention_rows(rows, spec):
+        if row["group"] == "attention_training" and label.endswith(" fwd"):
+            fwd.setdefault(label.split()[1], []).append((row["seq"], seconds / (row["ms"] * 1e-3)))
+    bwd = {b: _backward_ratios(rows, spec, b) for b in fwd}
+
+    def rescaled(pairs, o):  # predicted / measured under overhead o, anchors unchanged
+        return [(seq, r * (seq / BLOCK_ROWS + o + 2) / (seq / BLOCK_ROWS + old + 2))
+                for seq, r in pairs]  # fmt: skip
+
+    def fit(keep):  # (o, {backend: anchor factor}) minimising the median |error|
+        best = None
+        for o in [x / 2 for x in range(0, 41)]:
+            factors, errs = {}, []
+            for b, pairs in bwd.items():
+                ratios = [r for seq, r in rescaled(pairs, o) if keep(seq)]
+                factors[b] = statistics.median(ratios)
+                errs += [abs(r / factors[b] - 1) for r in ratios]
+            score = statistics.median(errs)
+            if best is None or score < best[0]:
+                best = (score, o, factors)
+        return best[1], best[2]
+
+    o, factors = fit(lambda seq: True)
+    seqs = sorted({seq for pairs in bwd.values() for seq, _ in pairs})
+    loo = {b: 0.0 for b in bwd}
+    for held in seqs:
+        o_h, f_h = fit(lambda seq, held=held: seq != held)
+        for b, pairs in bwd.items():
+            for _, r in (p for p in rescaled(pairs, o_h) if p[0] == held):
+                loo[b] = max(loo[b], abs(r / f_h[b] - 1))
+    print(f"\nHopper attention refitted: backward overhead {old:g} -> {o:g} K/V steps a block")
+    print(f"{'kernel':22s} {'anchor':>7s} {'refit':>7s} {'rows':>4s} {'LOO max |err|':>14s}")
+    for b, pairs in fwd.items():
+        anchor = eff.attention[b].of("forward")
+        refit = anchor * statistics.median(r for _, r in pairs)
+        worst = 0.0
+        for held in seqs:
+            f_h = statistics.median(r for seq, r in pairs if seq != held)
+            worst = max([worst] + [abs(r / f_h - 1) for seq, r in pairs if seq == held])
+        print(f"{b + ' forward':22s} {anchor:7.3f} {refit:7.3f} {len(pairs):4d} {worst:14.1%}")
+        anchor = eff.attention[b].of("backward")
+        print(f"{b + ' backward':22s} {anchor:7.3f} {anchor * factors[b]:7.3f} "
+              f"{len(bwd[b]):4d} {loo[b]:14.1%}")  # fmt: skip
+
+
+def _backward_ratios(rows, spec, backend) -> list[tuple[int, float]]:
+    fwd, both = {}, {}
+    for label, row, seconds in attention_rows(rows, spec):
+        if row["group"] != "attention_training" or label.split()[1] != backend:
+            continue
+        key = (row["seq"], row["kv_heads"])
+        target = fwd if label.endswith(" fwd") else both
+        target[key] = (seconds, row["ms"] * 1e-3)
+    return [(key[0], (both[key][0] - fwd[key][0]) / (both[key][1] - fwd[key][1])) for key in fwd]
 
 
 if __name__ == "__main__":

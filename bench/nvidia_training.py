@@ -21,8 +21,8 @@ How each published field becomes a dlperf option:
   gb200-nvl72-186gb (its 72-GPU NVLink domain comes with the spec);
   `gpus_per_node` as published (8; 4 for a GB200 compute tray).
 - `precision` -> bf16: `amp-bf16` (Megatron's bf16 weights with fp32 main
-  weights and gradients); fp8 (FP8 current scaling): `fp8`. MXFP8, NVFP4
-  and FP8 blockwise have no dlperf precision yet: skipped with that reason.
+  weights and gradients); fp8 (FP8 current scaling): `fp8`; MXFP8 and
+  NVFP4: `mxfp8` and `nvfp4` (Transformer Engine's block-scaled recipes).
 - `parallel` -> `dp, tp, pp, cp, ep` as published; `vp` -> `schedule
   interleaved:VP` (1F1B without it; none without pipelining);
   `sequence_parallel` where published and tp > 1; sharding `zero1` (the
@@ -66,7 +66,7 @@ CASES = DATA / "nvidia_training" / "cases.json"
 GPUS = {"h100-sxm5-80gb": "h100-sxm5-80gb", "b200-sxm-180gb": "b200-sxm-180gb",
         "gb200": "gb200-nvl72-186gb"}  # fmt: skip
 SHORT = {"h100-sxm5-80gb": "H100", "b200-sxm-180gb": "B200", "gb200": "GB200"}
-PRECISIONS = {"bf16": "amp-bf16", "fp8": "fp8"}
+PRECISIONS = {"bf16": "amp-bf16", "fp8": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 CUDA_GRAPHS = ("transformer_engine", "local", "full_iteration")
 WITHIN = 0.10
 
@@ -138,7 +138,7 @@ def _step(row: dict, remarks: list[str]) -> dict:
 def case_of(row: dict) -> Case:
     precision = PRECISIONS.get(row["precision"])
     if precision is None:
-        raise Skip(f"no dlperf precision {row['precision']} (Blackwell block-scaled formats)")
+        raise Skip(f"no dlperf precision {row['precision']}")
     model, remarks = _model(row), []
     p = row["parallel"]
     tp, pp, cp, vp, ep = p["tp"], p["pp"], p["cp"], p.get("vp"), p.get("ep") or 1

@@ -20,9 +20,9 @@ from .test_bad_inputs import CNN, assert_one_line_error, run
 FP8 = POLICIES["fp8"]
 
 
-def gemm_costs(model, x, gpu="h100"):
+def gemm_costs(model, x, gpu="h100", precision="fp8"):
     """(module, phase, Cost) of every mm/addmm of a training step under fp8."""
-    trace = Session().trace(resolve(model, x, gpu=gpu, precision="fp8"))
+    trace = Session().trace(resolve(model, x, gpu=gpu, precision=precision))
     ctx = CostContext(trace.precision)
     return [
         (e.module, e.phase, cost_of(e, ctx))

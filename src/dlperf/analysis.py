@@ -356,7 +356,8 @@ def analyze_trace(
     after = []  # the optimizer step, eager after the (compiled) forward and backward
     weight_casts = None
     if trace.training and trace.precision.fp8_linear:
-        priced, weight_casts = weights_once_per_step(fused_input_casts(priced))  # ops/float8.py
+        fmt = trace.precision.linear_format  # ops/float8.py
+        priced, weight_casts = weights_once_per_step(fused_input_casts(priced, fmt), fmt)
     if trace.training and optimizer:
         if uses_loss_scaling(trace):  # unscaled before anything reads the gradients
             after.append(grad_scaler_cost(trace))

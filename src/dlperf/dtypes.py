@@ -18,7 +18,7 @@ from .errors import DlperfError
 @dataclass(frozen=True)
 class DType:
     name: str
-    bytes: int
+    bytes: float  # a whole number but for fp4's half byte
     # torch dtypes stored under this name; the first is the one a tensor of it gets
     torch_names: tuple[str, ...]
 
@@ -31,6 +31,9 @@ _TABLE = (
     DType("bf16", 2, ("bfloat16",)),
     DType("fp8", 1, ("float8_e4m3fn", "float8_e5m2")),
     DType("int8", 1, ("int8", "uint8")),
+    # e2m1, two to a byte: Blackwell's fp4 Tensor Cores (NVFP4). No torch dtype maps
+    # here: torch's float4_e2m1fn_x2 counts packed pairs, one byte each.
+    DType("fp4", 0.5, ()),
 )
 BYTES_PER_ELEMENT = {d.name: d.bytes for d in _TABLE}
 DTYPES = tuple(BYTES_PER_ELEMENT)
@@ -48,19 +51,19 @@ def check_dtype(dtype: str) -> str:
     return name
 
 
-def bytes_per_element(dtype: str) -> int:
+def bytes_per_element(dtype: str) -> float:
     return BYTES_PER_ELEMENT[check_dtype(dtype)]
 
 
 # GEMM outputs that are not the operands' dtype: integer GEMMs usually write
 # int32; fp8 GEMMs accumulate in fp32 and write bf16 (torch._scaled_mm's
 # out_dtype in torchao's float8 training, and Transformer Engine's).
-_OUTPUT_BYTES = {"int8": 4, "fp8": 2}
+_OUTPUT_BYTES = {"int8": 4, "fp8": 2, "fp4": 2}
 
 
-def accumulator_bytes(dtype: str) -> int:
+def accumulator_bytes(dtype: str) -> float:
     """Bytes per element of a GEMM's output on operands of `dtype` (their own
-    size, but for int8 and fp8)."""
+    size, but for int8, fp8 and fp4)."""
     name = check_dtype(dtype)
     return _OUTPUT_BYTES.get(name, BYTES_PER_ELEMENT[name])
 
@@ -77,8 +80,9 @@ def torch_dtype(name: str) -> torch.dtype:
     """The torch dtype of a short name ("bf16") or of torch's own names and
     aliases ("bfloat16", "half", "int64")."""
     text = str(name).lower()
-    if text in BYTES_PER_ELEMENT:
-        return getattr(torch, next(d for d in _TABLE if d.name == text).torch_names[0])
+    names = next((d.torch_names for d in _TABLE if d.name == text), None)
+    if names:
+        return getattr(torch, names[0])
     found = getattr(torch, text, None)
     if isinstance(found, torch.dtype):
         return found
@@ -90,7 +94,11 @@ def torch_dtype(name: str) -> torch.dtype:
 
 # Where a device lacks a dtype's math, the nearest it has, tried in order
 # (fp8 data without fp8 Tensor Cores would be upcast to bf16, then fp16).
-_NEAREST = {"bf16": ("fp16", "fp32"), "fp8": ("bf16", "fp16", "fp32")}
+_NEAREST = {
+    "bf16": ("fp16", "fp32"),
+    "fp8": ("bf16", "fp16", "fp32"),
+    "fp4": ("fp8", "bf16", "fp16", "fp32"),
+}
 
 
 def runnable_dtype(dtype: str, spec) -> str:

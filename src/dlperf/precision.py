@@ -13,6 +13,14 @@
   find each tensor's scale (amax); see `ops/float8.py`. Needs Hopper, Ada or
   Blackwell. With `--infer` it runs as TensorRT runs an fp8 engine: the
   `int8` rules below with fp8 (e4m3) in place of int8 and bf16 for the rest.
+- `mxfp8` / `nvfp4`: Blackwell's block-scaled formats, as Transformer Engine's
+  `MXFP8BlockScaling` and `NVFP4BlockScaling` recipes run them: `fp8` above
+  with the linear layers' GEMMs on block-scaled Tensor Cores. MXFP8: e4m3
+  everywhere, one power-of-two scale (e8m0) per 32 elements, at the fp8 rate,
+  and no amax pass (each block's scale comes from the block). NVFP4: e2m1 (half
+  a byte), one e4m3 scale per 16 elements under one fp32 scale per tensor (an
+  amax pass, as tensorwise fp8), at the fp4 rate, twice fp8's. See
+  `LinearFormat` and `ops/float8.py`. Needs compute capability 10.0 or later.
 - `int8` (inference only): as TensorRT runs an int8 engine: convolutions and
   linear layers as int8 Tensor Core GEMMs (int32 accumulation, fp16 output)
   on weights stored in int8, their inputs quantized per tensor; everything
@@ -34,6 +42,48 @@ from .errors import DlperfError
 
 
 @dataclass(frozen=True)
+class LinearFormat:
+    """How a low-precision recipe stores the operands of the linear layers' GEMMs."""
+
+    name: str
+    # The Tensor Core math the GEMMs run (`dtypes`): fp8 or fp4.
+    gemm_dtype: str
+    # Elements that share one scale (0: one scale for the whole tensor) and its bytes.
+    block: int = 0
+    scale_bytes: int = 0
+    # A pass over the whole tensor for its amax before the cast: a per-tensor scale
+    # (tensorwise fp8, NVFP4's outer scale); block scales need none.
+    amax_pass: bool = True
+    # The oldest compute capability whose Tensor Cores run it.
+    min_compute_capability: tuple[int, int] = (8, 9)
+
+    @property
+    def gathered_layouts(self) -> int:
+        """Layouts a sequence-parallel all-gather moves: one where the other is the
+        gathered copy transposed (one scale per tensor), both where blocks of 32 or
+        16 along a row are not blocks along a column (the column-wise copy has its
+        own scales)."""
+        return 2 if self.block else 1
+
+    @property
+    def bytes_per_element(self) -> float:
+        """Bytes of one element of a cast copy, its share of the block scales with it."""
+        per_block = self.scale_bytes / self.block if self.block else 0.0
+        return bytes_per_element(self.gemm_dtype) + per_block
+
+
+TENSORWISE_FP8 = LinearFormat("fp8", "fp8")
+LINEAR_FORMATS = {
+    f.name: f
+    for f in (
+        TENSORWISE_FP8,
+        LinearFormat("mxfp8", "fp8", 32, 1, amax_pass=False, min_compute_capability=(10, 0)),
+        LinearFormat("nvfp4", "fp4", 16, 1, amax_pass=True, min_compute_capability=(10, 0)),
+    )
+}
+
+
+@dataclass(frozen=True)
 class Precision:
     name: str
     param_dtype: torch.dtype
@@ -41,8 +91,10 @@ class Precision:
     tf32: bool
     # The math dtype the policy needs from the device (`resolve_for` checks it).
     math: str
-    # Linear layers' GEMMs run in fp8 (the cost handlers read it through CostContext).
+    # Linear layers' GEMMs run in a low-precision format (the cost handlers read it
+    # through CostContext): `linear_format`, tensorwise fp8 unless a block-scaled one.
     fp8_linear: bool = False
+    linear_format: LinearFormat = TENSORWISE_FP8
     # Inference as TensorRT runs a quantized engine: convolutions' and linear
     # layers' GEMMs in this dtype ("int8" or "fp8"), "" for none (`ops/quantized.py`).
     quantized_gemms: str = ""
@@ -95,6 +147,19 @@ POLICIES = {
         # fp8 each forward in two layouts (row- and column-major, 2 x 1 byte) saved
         # for backward, so the bf16 copy's 2 bytes neither over- nor undercount it.
         Precision("fp8", torch.float32, torch.bfloat16, tf32=False, math="fp8", fp8_linear=True),
+        *(
+            Precision(
+                f.name,
+                torch.float32,
+                torch.bfloat16,
+                tf32=False,
+                math=f.gemm_dtype,
+                fp8_linear=True,
+                linear_format=f,
+            )
+            for f in LINEAR_FORMATS.values()
+            if f.block
+        ),
         Precision(
             "int8",
             torch.float16,
@@ -121,7 +186,8 @@ def compute_policy(spec, policy: Precision, training: bool | None = True) -> Pre
     torchao run fp8 GEMMs from bf16 weights and activations alike)."""
     compute = resolve_for(spec, name_of(policy.autocast_dtype), training)
     if policy.fp8_linear:
-        return dataclasses.replace(compute, name=policy.name, math=policy.math, fp8_linear=True)
+        return dataclasses.replace(compute, name=policy.name, math=policy.math, fp8_linear=True,
+                                   linear_format=policy.linear_format)  # fmt: skip
     return compute
 
 
@@ -196,6 +262,9 @@ def resolve_for(spec, name: str | Precision = AUTO, training: bool | None = None
         raise DlperfError(f"{spec.id} runs none of {', '.join(AUTO_ORDER)}; check its spec")
     policy = precision(name)
     needed = policy.math
+    refusal = _format_refusal(spec, policy)
+    if refusal:
+        raise DlperfError(refusal)
     if not spec.has_dtype(needed):
         fallback = resolve_for(spec, AUTO).name
         if needed == "fp8":
@@ -210,6 +279,21 @@ def resolve_for(spec, name: str | Precision = AUTO, training: bool | None = None
             )
         raise DlperfError(f"{spec.id} has no {needed} math; use --precision {fallback} (or auto)")
     return _for_step(policy, training)
+
+
+def _format_refusal(spec, policy: Precision) -> str | None:
+    """Why `spec`'s Tensor Cores cannot run the policy's block-scaled format, or None."""
+    fmt = policy.linear_format
+    if not policy.fp8_linear or not fmt.block:
+        return None
+    cc = tuple(int(x) for x in (spec.compute_capability or "0.0").split(".")[:2])
+    if spec.kind != "cpu" and cc >= fmt.min_compute_capability and spec.has_dtype(fmt.gemm_dtype):
+        return None
+    other = "fp8" if spec.has_dtype("fp8") and spec.kind != "cpu" else AUTO
+    return (
+        f"--precision {policy.name} runs on Blackwell's block-scaled Tensor Cores "
+        f"(compute capability 10.0 or later); {spec.id} has none: use --precision {other}"
+    )
 
 
 def _for_step(policy: Precision, training: bool | None) -> Precision:

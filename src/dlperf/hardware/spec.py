@@ -163,6 +163,10 @@ class Efficiency:
     # Exponentials (and other special functions) an SM computes per clock: the
     # softmax's share of a fused attention kernel (CUDA guide's throughput table).
     special_function_ops_per_clock_per_sm: float
+    # K/V steps a fused attention backward's thread block pays beyond its main loop
+    # (its tiles in, dK and dV out, and the dQ pass's share), where the forward pays
+    # one; a causal mask adds the diagonal's two (`kernels.attention`).
+    attention_backward_overhead_steps: float
 
     @classmethod
     def from_constants(cls, values: dict[str, float]) -> Efficiency:

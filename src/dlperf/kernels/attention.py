@@ -212,11 +212,13 @@ def attention_efficiency(spec, shape: AttentionShape, backend: str, peak: float)
     else:
         main_loop = 1.0 / max(1.0, 1.0 / anchor - at_anchor)  # 1/anchor = 1/main + exp share
         loop = 1.0 / (1.0 / main_loop + here)
-    steps = math.ceil((shape.kv_len if shape.phase == "forward" else shape.q_len) / BLOCK_ROWS)
-    # one prologue + epilogue per block, about one K/V step; a causal block computes
+    forward = shape.phase == "forward"
+    steps = math.ceil((shape.kv_len if forward else shape.q_len) / BLOCK_ROWS)
+    # one prologue + epilogue per block, about one K/V step forward (the backward's
+    # own count: `attention_backward_overhead_steps`); a causal block computes
     # (n + 1) / 2 steps on average of which n / 2 are useful
-    blocks = steps / (steps + 3) if shape.causal else steps / (steps + 1)
-    return loop * blocks
+    overhead = 1.0 if forward else spec.efficiency.attention_backward_overhead_steps
+    return loop * steps / (steps + overhead + 2 * bool(shape.causal))
 
 
 def fused_terms(spec, shape: AttentionShape, backend: str) -> FusedTerms:

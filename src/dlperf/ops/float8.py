@@ -1,7 +1,9 @@
 """Float8 training of linear layers (`--precision fp8`), as torchao's
 `convert_to_float8_training` (tensorwise scaling, its default) and Transformer
 Engine run it: the GEMMs of linear layers on fp8 Tensor Cores, everything else
-as under amp-bf16.
+as under amp-bf16. Blackwell's block-scaled formats (`--precision mxfp8`,
+`nvfp4`; `precision.LinearFormat`) run the same GEMMs and casts, with their
+own bytes and passes (below, "Block-scaled formats").
 
 Which GEMMs. A 2-D `mm` or `addmm` on operands of autocast's dtype, recorded
 inside a linear layer: a module whose class is named `Linear` or `...Linear`
@@ -55,6 +57,22 @@ its cast reads it once (2 B) in one kernel. Autocast's copies of an input to
 bf16 are looked through: the tensor is the one they copy. Attention's output
 and the output gradients are cast unfused.
 
+Block-scaled formats, as Transformer Engine's MXFP8 and NVFP4 quantizers run
+them. A cast writes each layout with its block scales (MXFP8: 1 B per element
+and a 1-byte e8m0 scale per 32; NVFP4: half a byte and a 1-byte e4m3 scale per
+16). MXFP8 takes each block's scale from the block itself: the cast is one
+kernel reading the tensor once, with no amax pass, so no producer has one to
+fuse. NVFP4 scales the blocks under one fp32 scale per tensor, from the
+tensor's amax: an amax pass as tensorwise fp8 has (TE takes the amaxes of the
+row-wise and of the Hadamard-rotated column-wise data in that one pass). The
+GEMMs run at the Tensor Cores' rate for the element type (MXFP8 at fp8's,
+NVFP4 at fp4's, twice fp8's); all three of fprop, dgrad and wgrad run in the
+format. The scales' bytes are counted in the casts; the GEMM model reads the
+elements alone (the scales add 3-12% to operands that are read once per
+tile, and these GEMMs are math-bound). The 16-point Hadamard transform NVFP4
+applies to the wgrad operands is 32 FLOPs per element inside the cast kernel,
+not counted.
+
 Weights, as Transformer Engine runs them (`weights_once_per_step`): cast to
 fp8 once per optimizer step, not per micro-batch. Megatron keeps fp8
 parameters (`fp8_param_gather`, set by Megatron-Bridge's fp8 recipes),
@@ -67,7 +85,8 @@ writes the fp32 gradient, Megatron's `gradient_accumulation_fusion`).
 Once per step, in the optimizer phase, each fp8 weight is read from its
 fp32 master twice (amax 4 B, cast 4 B) and written in both layouts
 (2 x 1 B): one cast-transpose kernel per weight and two multi-tensor kernels
-(the amaxes, the scales) for all of them.
+(the amaxes, the scales) for all of them. MXFP8 reads the master once (no
+amax) and needs no shared kernels.
 """
 
 from __future__ import annotations
@@ -75,32 +94,33 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..kinds import Category, Phase
+from ..precision import TENSORWISE_FP8, LinearFormat
 from ..tracing import OpEvent, TensorMeta
 from .cost import Cost, CostContext, Costed, Gemm, noted
 from .factories import out_bytes
 from .linear import CONV1D, activation_operand, is_linear_module
 
-# Storage of an fp8 operand; the GEMM writes bf16 (`dtypes.accumulator_bytes`).
-FP8_BYTES = 1
-# Per element of a bf16 tensor cast to fp8: the amax pass reads 2 B, the cast
-# reads 2 B and writes 1 B in each of the two layouts.
-CAST_READ_BYTES_PER_ELEMENT = 2 + 2
-CAST_WRITTEN_BYTES_PER_ELEMENT = 2 * FP8_BYTES
-# Amax reduction (two stages) and the cast itself.
-KERNELS_PER_CAST = 3
-# What a cast saves when its producer computes the amax: the amax pass.
-AMAX_READ_BYTES_PER_ELEMENT = 2
+# Per element of a bf16 tensor cast: the amax pass (where the format has one)
+# reads 2 B, the cast reads 2 B and writes the two layouts (`cast_bytes`).
+BF16_BYTES = 2
+# The amax pass's reduction: two stages, two kernels; the cast is one more.
 AMAX_KERNELS = 2
-# Per element of an fp8 weight, once per step: its fp32 master read for the
-# amax and again for the cast, written in both fp8 layouts.
-WEIGHT_CAST_READ_BYTES_PER_ELEMENT = 4 + 4
-WEIGHT_CAST_WRITTEN_BYTES_PER_ELEMENT = 2 * FP8_BYTES
-# Two multi-tensor kernels (amaxes, scales) for all weights, then one each.
+# An fp32 master weight element, read by the per-step cast (twice where it has an amax).
+MASTER_BYTES = 4
+# Two multi-tensor kernels (amaxes, scales) for all weights, where the format has an amax.
 WEIGHT_CAST_SHARED_KERNELS = 2
 # An fp32 gradient element, as the wgrad GEMM writes it in place of bf16.
 FP32_BYTES = 4
 # torch._scaled_mm's (and torchtitan's filter's) multiple for the feature counts.
 FEATURE_MULTIPLE = 16
+
+
+def cast_bytes(fmt: LinearFormat) -> tuple[float, float, int]:
+    """(bytes read, bytes written, kernels) per element of a bf16 activation cast
+    to `fmt` in both layouts its GEMMs take."""
+    amax = fmt.amax_pass
+    read = BF16_BYTES * (1 + amax)
+    return read, 2 * fmt.bytes_per_element, 1 + AMAX_KERNELS * amax
 
 
 def _transposed(t: TensorMeta) -> bool:
@@ -152,25 +172,25 @@ def cast_elements(e: OpEvent, role: str) -> tuple[int, ...]:
     return ()
 
 
-def linear_gemm(e: OpEvent, bias_bytes: int = 0) -> Costed:
-    """The cost of a linear layer's GEMM in fp8, with its casts as side work."""
+def linear_gemm(e: OpEvent, bias_bytes: int = 0, fmt: LinearFormat = TENSORWISE_FP8) -> Costed:
+    """The cost of a linear layer's GEMM in `fmt`, with its casts as side work."""
     a, b = e.args[-2], e.args[-1]
     (m, k), n = a.shape, b.shape[1]
     role = gemm_role(e)
-    gemm = Gemm(m, n, k, dtype="fp8", storage="fp8", role=role)
+    gemm = Gemm(m, n, k, dtype=fmt.gemm_dtype, storage=fmt.gemm_dtype, role=role)
+    per_read, per_written, per_kernels = cast_bytes(fmt)
     cast = sum(cast_elements(e, role))
-    cast_read = CAST_READ_BYTES_PER_ELEMENT * cast
-    cast_written = CAST_WRITTEN_BYTES_PER_ELEMENT * cast
+    cast_read, cast_written = per_read * cast, per_written * cast
     casts = len(cast_elements(e, role))
     cost = Cost(
         flops=gemm.flops,
-        bytes_read=(a.numel + b.numel) * FP8_BYTES + bias_bytes + cast_read,
+        bytes_read=(a.numel + b.numel) * fmt.bytes_per_element + bias_bytes + cast_read,
         bytes_written=out_bytes(e) + cast_written,
-        kernels=1 + KERNELS_PER_CAST * casts,
+        kernels=1 + per_kernels * casts,
         gemms=(gemm,),
         side_bytes=cast_read + cast_written,
     )
-    remark = f"fp8 {role}" + (f" with {casts} fp8 cast(s)" if casts else "")
+    remark = f"{fmt.name} {role}" + (f" with {casts} {fmt.name} cast(s)" if casts else "")
     return noted(cost, remark)
 
 
@@ -182,10 +202,14 @@ def _weight_storage(e: OpEvent) -> int | None:
     return e.reads[index + 1]
 
 
+_ROLES = ("fprop", "dgrad", "wgrad")
+
+
 def _fp8_role(found: Costed) -> str:
-    """fprop, dgrad or wgrad for a linear layer's fp8 GEMM, else ""."""
+    """fprop, dgrad or wgrad for a linear layer's low-precision GEMM, else ""."""
     gemms = found.cost.gemms
-    return gemms[0].role if len(gemms) == 1 and gemms[0].dtype == "fp8" else ""
+    low = len(gemms) == 1 and gemms[0].dtype in ("fp8", "fp4") and gemms[0].role in _ROLES
+    return gemms[0].role if low else ""
 
 
 def _is_copy(e: OpEvent, backward: bool) -> bool:
@@ -193,7 +217,7 @@ def _is_copy(e: OpEvent, backward: bool) -> bool:
 
 
 def weights_once_per_step(
-    priced: list[tuple[OpEvent, Costed]],
+    priced: list[tuple[OpEvent, Costed]], fmt: LinearFormat = TENSORWISE_FP8
 ) -> tuple[list[tuple[OpEvent, Costed]], tuple[OpEvent, Costed] | None]:
     """The fp8 weights as Transformer Engine runs them (module docstring):
     each forward's autocast copy of an fp8 weight and each backward's copy of
@@ -230,11 +254,11 @@ def weights_once_per_step(
     step = OpEvent(op="fp8.weight_cast", args=(), kwargs={}, outputs=(), module="(optimizer)",
                    phase=Phase.OPTIMIZER, info={"weights": len(weights)})  # fmt: skip
     cost = Cost(
-        bytes_read=WEIGHT_CAST_READ_BYTES_PER_ELEMENT * elements,
-        bytes_written=WEIGHT_CAST_WRITTEN_BYTES_PER_ELEMENT * elements,
-        kernels=WEIGHT_CAST_SHARED_KERNELS + len(weights),
+        bytes_read=MASTER_BYTES * (1 + fmt.amax_pass) * elements,
+        bytes_written=2 * fmt.bytes_per_element * elements,
+        kernels=WEIGHT_CAST_SHARED_KERNELS * fmt.amax_pass + len(weights),
     )
-    remark = f"{len(weights)} fp8 weights cast from their fp32 masters, once per step"
+    remark = f"{len(weights)} {fmt.name} weights cast from their fp32 masters, once per step"
     return out, (step, Costed(cost, Category.OTHER, "movement", (remark,)))
 
 
@@ -242,7 +266,9 @@ def _free(found: Costed, remark: str) -> Costed:
     return Costed(Cost(kernels=0), found.category, found.family, (remark,))
 
 
-def fused_input_casts(priced: list[tuple[OpEvent, Costed]]) -> list[tuple[OpEvent, Costed]]:
+def fused_input_casts(
+    priced: list[tuple[OpEvent, Costed]], fmt: LinearFormat = TENSORWISE_FP8
+) -> list[tuple[OpEvent, Costed]]:
     """Each fp8 fprop's input cast as Transformer Engine runs it (module
     docstring): none where an earlier fprop of the same pass cast the same
     tensor, and no amax pass where a normalization or element-wise op wrote it."""
@@ -257,12 +283,12 @@ def fused_input_casts(priced: list[tuple[OpEvent, Costed]]) -> list[tuple[OpEven
             while root in source:
                 root = source[root]
             n = event.args[-2].numel
+            read, written, kernels = cast_bytes(fmt)
             if (event.phase, root) in cast:
-                found = _less(found, CAST_READ_BYTES_PER_ELEMENT * n,
-                              CAST_WRITTEN_BYTES_PER_ELEMENT * n, KERNELS_PER_CAST,
+                found = _less(found, read * n, written * n, kernels,
                               "input cast shared with an earlier layer")  # fmt: skip
-            elif root in producer and producer[root].category in _AMAX_PRODUCERS:
-                found = _less(found, AMAX_READ_BYTES_PER_ELEMENT * n, 0, AMAX_KERNELS,
+            elif fmt.amax_pass and root in producer and producer[root].category in _AMAX_PRODUCERS:
+                found = _less(found, BF16_BYTES * n, 0, AMAX_KERNELS,
                               "input amax fused into its producer")  # fmt: skip
             cast.add((event.phase, root))
         if _is_copy(event, False) and event.reads and event.writes:

@@ -33,7 +33,7 @@ def _linear_gemm(
     if sparse.runs_sparse(e, ctx):
         return sparse.linear_gemm(e, ctx, bias_bytes=bias_bytes)
     if float8.runs_fp8(e, ctx):
-        return float8.linear_gemm(e, bias_bytes=bias_bytes)
+        return float8.linear_gemm(e, bias_bytes, ctx.precision.linear_format)
     if dtype := quantized.linear_dtype(e, ctx):
         return quantized.linear_gemm(e, dtype, bias_bytes=bias_bytes)
     (m, k), n = a.shape, b.shape[1]

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..dtypes import bytes_per_element
 from ..hardware.spec import SPECS_DIR, tomllib
 from ..jsonable import Jsonable
 from .collectives import collective_time_s, send_time_s
@@ -115,7 +114,9 @@ def _per_micro_batch(
         if at.sequence_parallel:  # an all-gather and a reduce-scatter: the same volume
             ring = _Ring("all_gather+reduce_scatter", "tp", act, ring.one_s)
             if profile.precision.fp8_linear:
-                ring = _fp8_gathers(ring, act, per_block * blocks, calls, at.tp, net)
+                fmt = profile.precision.linear_format
+                share = fmt.gathered_layouts * fmt.bytes_per_element / profile.activation_itemsize
+                ring = _fp8_gathers(ring, act, share, per_block * blocks, calls, at.tp, net)
         out.append((ring, calls, calls * ring.one_s))
     if at.cp > 1 and profile.kv_elements:
         local = profile.kv_elements * profile.activation_itemsize / (at.tp * at.cp)
@@ -144,15 +145,18 @@ def _per_micro_batch(
 
 
 def _fp8_gathers(
-    ring: _Ring, act: float, in_blocks: float, calls: float, tp: int, net: Interconnect
-) -> _Ring:
+    ring: _Ring, act: float, share: float, in_blocks: float, calls: float, tp: int,
+    net: Interconnect,
+) -> _Ring:  # fmt: skip
     """Sequence parallelism's pairs under fp8 (module docstring): the blocks'
-    all-gathers of fp8 (act / 2 bytes, from bf16), the reduce-scatters and the
-    embedding's and head's pairs in bf16; the average pair over `calls`."""
-    gather = collective_time_s("all_gather", act / 2, tp, net)
+    all-gathers of the cast input (`share` of act's bytes: 1/2 for fp8 from
+    bf16; MXFP8 and NVFP4 gather both layouts with their block scales), the
+    reduce-scatters and the embedding's and head's pairs in bf16; the average
+    pair over `calls`."""
+    gather = collective_time_s("all_gather", act * share, tp, net)
     fp8_pair = collective_time_s("reduce_scatter", act, tp, net) + gather
     one = (in_blocks * fp8_pair + (calls - in_blocks) * ring.one_s) / calls
-    nbytes = (in_blocks * 0.75 * act + (calls - in_blocks) * act) / calls
+    nbytes = (in_blocks * (1 + share) / 2 * act + (calls - in_blocks) * act) / calls
     return _Ring(ring.op, ring.group, nbytes, one)
 
 
@@ -187,10 +191,13 @@ def _fsdp(profile: ModelProfile, net: Interconnect, at: Layout, times: StageTime
     return out
 
 
-def _block_weight_bytes(profile: ModelProfile) -> int:
+def _block_weight_bytes(profile: ModelProfile) -> float:
     """Bytes per element of a block's weights as data parallelism gathers them:
-    fp8 under fp8 (its fp8 parameters), else the math dtype's."""
-    return bytes_per_element("fp8") if profile.precision.fp8_linear else math_weight_bytes(profile)
+    the low-precision copy under fp8, MXFP8 and NVFP4 (their fp8/fp4 parameters,
+    with the block scales), else the math dtype's."""
+    if profile.precision.fp8_linear:
+        return profile.precision.linear_format.bytes_per_element
+    return math_weight_bytes(profile)
 
 
 def _held_params(profile: ModelProfile, at: Layout) -> float:

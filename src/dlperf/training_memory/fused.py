@@ -106,7 +106,8 @@ def te_saved(trace: Trace) -> Trace:
             continue  # a fused gated activation recomputes it from its input
         if t.storage in linear_inputs:
             itemsize = _itemsize(made, t.storage)
-            cast = dataclasses.replace(t, nbytes=t.nbytes * bytes_per_element("fp8") // itemsize)
+            stored = trace.precision.linear_format.bytes_per_element
+            cast = dataclasses.replace(t, nbytes=int(t.nbytes * stored / itemsize))
             if linear:
                 t = cast
             else:
