@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,6 +18,8 @@ from dlperf.cli import main
 from dlperf.errors import DlperfError
 from dlperf.hardware import cpu, load_spec_file
 from dlperf.hardware.spec import spec_from_dict
+from dlperf.kernels.attention import architecture_of
+from dlperf.measurement import calibrate
 from dlperf.measurement.calibrate import fit_saturation, to_toml
 from dlperf.measurement.run import _step_fn, adamw_as_run, materialize, real_inputs
 from dlperf.run import resolve_model
@@ -270,3 +273,119 @@ def test_a_token_models_labels_go_to_the_device_with_its_ids():
     data = real_inputs(loaded.inputs, "meta")
     assert data.keys() == loaded.inputs.keys()
     assert all(t.is_meta for t in data.values())
+
+
+@pytest.mark.parametrize(
+    "cc, family",
+    [
+        ((5, 2), "maxwell"),
+        ((6, 1), "pascal"),
+        ((7, 0), "volta"),
+        ((7, 2), "volta"),
+        ((7, 5), "turing"),
+        ((8, 0), "ampere"),
+        ((8, 6), "ampere"),
+        ((8, 7), "ampere"),
+        ((8, 9), "ada"),
+        ((9, 0), "hopper"),
+        ((10, 0), "blackwell"),
+        ((10, 3), "blackwell"),
+        ((12, 0), "blackwell"),
+        ((3, 7), None),
+    ],
+)
+def test_a_compute_capability_names_its_family(cc, family):
+    assert architecture_of(*cc) == family
+
+
+def _h100_props(**changes):
+    """What torch.cuda.get_device_properties(0) says of the H100 the run found."""
+    facts = dict(
+        name="NVIDIA H100 80GB HBM3",
+        major=9,
+        minor=0,
+        multi_processor_count=132,
+        clock_rate=1980000,  # kHz
+        total_memory=85017493504,
+        L2_cache_size=52428800,
+        uuid="5d3c0a4e-0000-1111-2222-333344445555",
+    )
+    return SimpleNamespace(**(facts | changes))
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """A CUDA device for calibrate's probe with no GPU: its properties are set
+    by the test (`fake_cuda(props)`), its measured rates are the H100's."""
+    rates = {"fp32": 51.9e12, "fp16": 733e12, "bf16": 769.4e12}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(calibrate.probe, "matmul_flops_per_s", lambda dtype, *a, **k: rates[dtype])
+    monkeypatch.setattr(calibrate.probe, "stream_bandwidth_bytes_per_s", lambda *a, **k: 3.04e12)
+    monkeypatch.setattr(calibrate.probe, "call_latency_s", lambda *a, **k: 7.4e-6)
+    monkeypatch.setattr(
+        calibrate, "elementwise_sweep", lambda device: [(12.0 * n, 8e-6) for n in (2**10, 2**20)]
+    )
+
+    def use(props):
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
+
+    return use
+
+
+def test_cuda_calibration_writes_the_gpus_family_and_clock(fake_cuda, tmp_path, capsys):
+    """An H100 is Hopper (compute capability 9.0) at its 1980 MHz, and each
+    per-clock rate written is the measured rate at that clock."""
+    fake_cuda(_h100_props())
+    out = tmp_path / "calibrated.toml"
+    assert main(["calibrate", "--device", "cuda", "--out", str(out), "--json"]) == 0
+    capsys.readouterr()
+    text = out.read_text()
+    assert 'architecture = "hopper"' in text and 'compute_capability = "9.0"' in text
+    spec = load_spec_file(out)
+    assert spec.architecture == "hopper" and spec.compute_capability == "9.0"
+    assert spec.boost_clock_mhz == 1980.0
+    assert any("clock_rate" in source for source in spec.sources)
+    for dtype in ("fp32", "fp16", "bf16"):
+        peak = spec.peak_flops_per_s(dtype)
+        assert spec.computed_peak_flops_per_s(dtype) == pytest.approx(peak)
+    assert spec.unit("bf16").macs_per_clock_per_sm == pytest.approx(769.4e12 / (2 * 132 * 1.98e9))
+
+
+def test_cuda_calibration_reads_the_clock_from_nvidia_smi_without_torchs(fake_cuda, monkeypatch):
+    fake_cuda(_h100_props(clock_rate=0, major=8, minor=6, name="NVIDIA RTX A6000"))
+    ran = []
+
+    def nvidia_smi(cmd, **kwargs):
+        ran.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout="1800\n", stderr="")
+
+    monkeypatch.setattr(calibrate.subprocess, "run", nvidia_smi)
+    doc = calibrate.calibrate_device("cuda")
+    assert doc["architecture"] == "ampere" and doc["compute_capability"] == "8.6"
+    assert doc["boost_clock_mhz"] == 1800.0
+    assert "boost clock: nvidia-smi clocks.max.sm" in doc["sources"]
+    (cmd,) = ran
+    assert cmd[:3] == ["nvidia-smi", "--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits"]
+    assert cmd[3] == "--id=GPU-5d3c0a4e-0000-1111-2222-333344445555"
+    rate = doc["math"]["bf16"]
+    assert rate["macs_per_clock_per_sm"] * 2 * 132 * 1.8e9 == pytest.approx(
+        rate["peak_flops_per_s"]
+    )
+
+
+def test_cuda_calibration_without_a_clock_says_so(fake_cuda, monkeypatch):
+    """No clock from torch and no nvidia-smi: an error, not a made-up 1000 MHz."""
+    fake_cuda(_h100_props(clock_rate=None))
+
+    def no_nvidia_smi(cmd, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", "nvidia-smi")
+
+    monkeypatch.setattr(calibrate.subprocess, "run", no_nvidia_smi)
+    with pytest.raises(DlperfError, match="cannot read the SM clock of NVIDIA H100.*nvidia-smi"):
+        calibrate.calibrate_device("cuda")
+
+
+def test_cuda_calibration_refuses_a_gpu_older_than_every_family(fake_cuda):
+    fake_cuda(_h100_props(major=3, minor=7, name="Tesla K80"))
+    with pytest.raises(DlperfError, match="Tesla K80 has compute capability 3.7"):
+        calibrate.calibrate_device("cuda")
