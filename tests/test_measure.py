@@ -21,7 +21,15 @@ from dlperf.hardware.spec import spec_from_dict
 from dlperf.kernels.attention import architecture_of
 from dlperf.measurement import calibrate
 from dlperf.measurement.calibrate import fit_saturation, to_toml
-from dlperf.measurement.run import _step_fn, adamw_as_run, materialize, real_inputs
+from dlperf.measurement.kineto import matrix_kernel, tensor_core_kernel
+from dlperf.measurement.run import (
+    _step_fn,
+    adamw_as_run,
+    materialize,
+    real_inputs,
+    tensor_core_usage,
+)
+from dlperf.rendering.terminal.measurement import tensor_core_line
 from dlperf.run import resolve_model
 from tests.fake_cpu import fake_cpu_doc
 
@@ -389,3 +397,118 @@ def test_cuda_calibration_refuses_a_gpu_older_than_every_family(fake_cuda):
     fake_cuda(_h100_props(major=3, minor=7, name="Tesla K80"))
     with pytest.raises(DlperfError, match="Tesla K80 has compute capability 3.7"):
         calibrate.calibrate_device("cuda")
+
+
+# The GEMM, convolution and attention kernels (and the look-alikes) of the H100's
+# bf16 Llama training step (bench/measured/h100-2026-11-28/llama.json.gz, 3 steps),
+# launches of each.
+H100_LLAMA_KERNELS = {
+    "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT": 75,
+    "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NTT": 72,
+    "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT": 60,
+    "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_TNT": 27,
+    "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NTT": 15,
+    "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT": 12,
+    # the rotary embedding's fp32 matmul, on the SMs' FMA units
+    "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>"
+    "(cutlass_80_simt_sgemm_128x32_8x5_nn_align1::Params)": 3,
+    "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1"
+    "_cga1x1x1_kernel0_0": 12,
+    "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128_1x4x1"
+    "_cga1x1x1_kernel0_0": 12,
+    # cuDNN attention's helpers: no matrix product ("convert" is no convolution)
+    "void cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*, unsigned int)": 12,
+    "void cudnn::fusion::compute_dot_do_o_specialized<true, 128>(void const*, void const*)": 12,
+    "void cudnn::fusion::fmha_reduce_head<true>(void const*, void*, unsigned int)": 24,
+    "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda"
+    "(at::TensorIteratorBase&)::{lambda()#3}>": 63,
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
+    "(anonymous namespace)::FusedOptimizerTensorListMetadata<4>>": 276,
+}
+
+
+def test_hopper_kernels_are_counted_on_tensor_cores():
+    """A bf16 step on an H100 ran its GEMMs in cuBLAS's nvjet kernels and its
+    attention in cuDNN's wgmma kernels, all on Tensor Cores, but the rotary
+    embedding's fp32 SIMT GEMM (the rule said 3 of 15: it took the SIMT GEMM
+    for Tensor Cores, cuDNN's convert_dq for a convolution, and missed nvjet)."""
+    names = [name for name, n in H100_LLAMA_KERNELS.items() for _ in range(n)]
+    usage = tensor_core_usage(names)
+    assert usage == {
+        "gemm_kernels": 264,
+        "tensor_core_kernels": 261,
+        "attention_kernels": 24,
+        "attention_tensor_core_kernels": 24,
+    }
+    assert tensor_core_line(usage) == (
+        "Tensor Cores: 261 of 264 GEMM/convolution kernels, 24 of 24 attention kernels"
+    )
+
+
+# Names from the A100 and V100 traces in ../shared/data, and, for kernels no
+# stored trace ran, names of their libraries' patterns (cuBLAS on Blackwell,
+# CUTLASS 3, FlashAttention-2, PyTorch's memory-efficient attention).
+@pytest.mark.parametrize(
+    "name, kind, tensor_cores",
+    [
+        ("nvjet_sm100_tst_64x32_64x16_2x1_2cta_h_bz_TNT", "gemm", True),
+        ("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", "gemm", True),
+        (
+            "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1",
+            "gemm",
+            True,
+        ),
+        (
+            "cutlass3x_sm90_tensorop_s64x128x16gemm_bf16_bf16_f32_bf16_bf16_128x128x64_1x1x1",
+            "gemm",
+            True,
+        ),
+        (
+            "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x6_tn_align4>(...)",
+            "gemm",
+            True,
+        ),
+        ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw", "gemm", True),
+        ("ampere_sgemm_128x64_nn", "gemm", False),
+        ("volta_sgemm_64x64_nt", "gemm", False),
+        ("cudnn_infer_volta_scudnn_128x64_relu_medium_nn_v1", "gemm", False),
+        ("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>(int)", "gemm", False),
+        (
+            "void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16>(...)",
+            "gemm",
+            False,
+        ),
+        (
+            "std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, __nv_bfloat16>",
+            "gemm",
+            False,
+        ),
+        (
+            "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false>>",
+            "attention",
+            True,
+        ),
+        (
+            "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128>>",
+            "attention",
+            True,
+        ),
+        (
+            "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel)",
+            "attention",
+            True,
+        ),
+        (
+            "fmha_cutlassF_f32_aligned_64x64_rf_sm50(PyTorchMemEffAttention::AttentionKernel)",
+            "attention",
+            False,
+        ),
+        ("void flash_bwd_dot_do_o_kernel<true, Flash_bwd_kernel_traits<128>>", None, False),
+        ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>", None, False),
+        ("void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>", None, False),
+        ("void fbgemm_gpu::permute_2D_lengths_kernel<int>(int, int, int const*)", None, False),
+    ],
+)
+def test_a_kernel_name_says_its_matrix_work_and_its_units(name, kind, tensor_cores):
+    assert matrix_kernel(name) == kind
+    assert tensor_core_kernel(name) is tensor_cores
