@@ -70,6 +70,17 @@ def compute_capability(spec) -> tuple[int, int]:
     return _FAMILY_SM.get(spec.architecture, (0, 0))
 
 
+def architecture_of(major: int, minor: int = 0) -> str | None:
+    """The architecture family of compute capability major.minor: the newest
+    family whose own (`_FAMILY_SM`) is not above it (8.6 and 8.7 are Ampere,
+    7.2 Volta, 10.x and 12.x Blackwell); None below Maxwell's 5.2."""
+    found = None
+    for family, sm in sorted(_FAMILY_SM.items(), key=lambda item: item[1]):
+        if sm <= (major, minor):
+            found = family
+    return found
+
+
 _AUTO_ORDER = ("flash", "efficient")
 # PyTorch 2.0 and 2.1 built their flash kernel from FlashAttention-1; 2.2 moved it to FA2.
 _AUTO_ORDER_FA1 = ("flash1", "efficient")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from pathlib import Path
 
 import torch
@@ -21,6 +22,7 @@ from ..hardware import probe
 from ..hardware.cpu import probe_cpu
 from ..hardware.spec import load_spec_file
 from ..hardware.timing import time_callable
+from ..kernels.attention import architecture_of
 
 PLATEAU_SIZES = (2**10, 2**12, 2**14, 2**16, 2**18, 2**20, 2**22)
 
@@ -73,23 +75,34 @@ def calibrate_device(device: str = "cpu") -> dict:
     return doc
 
 
-def _probe_cuda() -> dict:  # pragma: no cover - needs a GPU
+def _probe_cuda() -> dict:
     props = torch.cuda.get_device_properties(0)
+    cc = f"{props.major}.{props.minor}"
+    architecture = architecture_of(props.major, props.minor)
+    if architecture is None:
+        raise DlperfError(
+            f"{props.name} has compute capability {cc}, older than any GPU family dlperf "
+            "prices (Maxwell, 5.2, on)"
+        )
+    clock_mhz, clock_source = sm_clock_mhz(props)
+    sms = props.multi_processor_count
     math_units = {}
     for dtype in ("fp32", "fp16", "bf16"):
         rate = probe.matmul_flops_per_s(dtype, 4096, "cuda")
         math_units[dtype] = {
             "peak_flops_per_s": rate,
             "tensor_cores": dtype != "fp32",
-            "macs_per_clock_per_sm": rate / (2 * props.multi_processor_count * 1.0e9),
+            # at the clock written beside it: the spec's computed peak is the measured rate
+            "macs_per_clock_per_sm": rate / (2 * sms * clock_mhz * 1e6),
         }
     return {
         "id": "cuda-calibrated",
         "name": f"{props.name} (calibrated)",
         "kind": "gpu",
-        "architecture": "ampere",
-        "sm_count": props.multi_processor_count,
-        "boost_clock_mhz": 1000.0,
+        "architecture": architecture,
+        "compute_capability": cc,
+        "sm_count": sms,
+        "boost_clock_mhz": clock_mhz,
         "memory_bytes": props.total_memory,
         "memory_bandwidth_bytes_per_s": probe.stream_bandwidth_bytes_per_s(2**30, "cuda"),
         "l2_cache_bytes": getattr(props, "L2_cache_size", 40 * 2**20),
@@ -101,7 +114,47 @@ def _probe_cuda() -> dict:  # pragma: no cover - needs a GPU
             "dram_efficiency": 1.0,
             "streaming_dram_efficiency": 1.0,
         },
+        "sources": [f"boost clock: {clock_source}"],
     }
+
+
+def sm_clock_mhz(props) -> tuple[float, str]:
+    """The GPU's highest SM clock in MHz, and where it was read: PyTorch's device
+    properties (`clock_rate`, kHz), else nvidia-smi's `clocks.max.sm`. Neither
+    there is an error: a made-up clock would skew every per-clock figure."""
+    khz = getattr(props, "clock_rate", 0) or 0
+    if khz > 0:
+        return khz / 1e3, "torch.cuda.get_device_properties clock_rate"
+    mhz, why = _nvidia_smi_max_sm_clock(props)
+    if mhz:
+        return mhz, "nvidia-smi clocks.max.sm"
+    raise DlperfError(
+        f"cannot read the SM clock of {props.name}: this PyTorch's device properties have "
+        f"no clock_rate, and nvidia-smi gave none ({why}); dlperf calibrate needs the clock "
+        "to write the spec's per-clock rates"
+    )
+
+
+def _nvidia_smi_max_sm_clock(props) -> tuple[float | None, str]:
+    """(MHz, "") from `nvidia-smi --query-gpu=clocks.max.sm` for this GPU, else (None, why)."""
+    cmd = ["nvidia-smi", "--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits"]
+    uuid = str(getattr(props, "uuid", "") or "")
+    if uuid:  # the GPU PyTorch calls 0 (CUDA_VISIBLE_DEVICES may renumber them)
+        cmd.append(f"--id={uuid if uuid.startswith(('GPU-', 'MIG-')) else 'GPU-' + uuid}")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as err:
+        return None, f"{cmd[0]}: {err}"
+    if proc.returncode != 0:
+        return None, (proc.stderr or proc.stdout).strip() or f"exit status {proc.returncode}"
+    lines = [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+    if len(lines) != 1:
+        return None, f"{len(lines)} GPUs listed and none named" if lines else "no output"
+    try:
+        mhz = float(lines[0])
+    except ValueError:
+        return None, f"clocks.max.sm is {lines[0]!r}"
+    return (mhz, "") if mhz > 0 else (None, f"clocks.max.sm is {lines[0]!r}")
 
 
 def _toml_value(value) -> str:

@@ -31,12 +31,40 @@ LAUNCHES = (
 )
 # The categories whose times and links the reader uses.
 _TIMED = ("kernel", "cuda_runtime", "cpu_op")
-# Kernel-name fragments of Tensor Core (MMA) kernels across cuBLAS, cuDNN and CUTLASS.
-TENSOR_CORE_NAMES = re.compile(
-    r"(884|1688|16816|168|tensorop|hmma|imma|wgmma|xmma|_tc_|gmma|s16816|h16816|"
-    r"bf16gemm|cutlass_80|sm80_xmma|sm90_xmma|f16f16|e4m3)",
+# The main kernels of fused attention (not their pre- and post-processing):
+# PyTorch's FlashAttention-2 kernels, FlashAttention-3's Hopper kernels and
+# cuDNN's SDPA, all on Tensor Cores; and PyTorch's memory-efficient (cutlass)
+# kernels, on Tensor Cores from sm70 in fp16 and bf16, from sm80 in fp32 (3xTF32).
+_TENSOR_CORE_ATTENTION = (
+    r"flash_fwd(?!_splitkv_combine)|flash_bwd_dq_dk_dv|FlashAttn(Fwd|Bwd)Sm\d|"
+    r"sdpa_\w*(fprop|bprop)"
+)
+ATTENTION_KERNEL_NAMES = re.compile(_TENSOR_CORE_ATTENTION + r"|fmha_cutlass[FB]_", re.I)
+# Kernels that multiply matrices for a GEMM or a convolution: cuBLAS (nvjet_* from
+# 12.8 on Hopper and Blackwell, sm90_xmma_*, ampere_sgemm_*, gemv), CUTLASS,
+# cuDNN's implicit-GEMM (xmma, *_scudnn_*, *_h1688cudnn_*) and direct
+# convolutions. Not their helpers: layout and Winograd transforms, split-K
+# reductions, cuDNN's offset kernels, nor FBGEMM's embedding kernels.
+GEMM_KERNEL_NAMES = re.compile(
+    r"(?<!fb)gemm|gemv|nvjet|xmma|wgmma|tensorop|cutlass|_[shi]\d*cudnn|conv(?!ert)|"
+    r"(dgrad|wgrad)\w*engine",
     re.IGNORECASE,
 )
+# Kernel-name fragments of Tensor Core (MMA) kernels across cuBLAS, cuDNN and
+# CUTLASS: instruction shapes (884, 1688, 16816), tensorop/xmma/wgmma (Hopper's
+# warp-group MMA), tcgen05 (Blackwell's), cuBLAS's nvjet GEMMs and CUTLASS 3's
+# sm90/sm100 kernels; and fused attention's, above.
+TENSOR_CORE_NAMES = re.compile(
+    r"(884|1688|16816|168|tensorop|hmma|imma|wgmma|xmma|_tc_|gmma|s16816|h16816|"
+    r"bf16gemm|f16f16|e4m3|nvjet|cutlass3x_sm|tcgen05|"
+    r"fmha_cutlass[FB]_(b?f16\w*_sm([7-9]\d|1\d\d)|f32\w*_sm([89]\d|1\d\d))|"
+    + _TENSOR_CORE_ATTENTION
+    + ")",
+    re.IGNORECASE,
+)
+# ... unless the name says otherwise: CUTLASS's SIMT kernels (cutlass_80_simt_sgemm)
+# and cuBLAS's matrix-vector kernels.
+NOT_TENSOR_CORE_NAMES = re.compile(r"simt|gemv", re.IGNORECASE)
 
 
 @dataclass
@@ -57,7 +85,22 @@ class Kernel:
 @functools.lru_cache(maxsize=4096)
 def _tensor_core_name(name: str) -> bool:
     # thousands of launches share a few hundred long names; the search is the slow part
-    return bool(TENSOR_CORE_NAMES.search(name))
+    return bool(TENSOR_CORE_NAMES.search(name)) and not NOT_TENSOR_CORE_NAMES.search(name)
+
+
+def tensor_core_kernel(name: str) -> bool:
+    """Whether the kernel `name` ran on Tensor Cores (by its name)."""
+    return _tensor_core_name(name)
+
+
+def matrix_kernel(name: str) -> str | None:
+    """What the kernel `name` multiplies matrices for, by its name: "attention"
+    (a fused attention kernel), "gemm" (a GEMM or a convolution), else None."""
+    if ATTENTION_KERNEL_NAMES.search(name):
+        return "attention"
+    if GEMM_KERNEL_NAMES.search(name):
+        return "gemm"
+    return None
 
 
 @dataclass

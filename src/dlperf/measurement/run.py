@@ -26,7 +26,7 @@ from ..errors import DlperfError
 from ..hardware.timing import time_callable
 from ..jsonable import fields_dict
 from ..tracing import _loss_of
-from .kineto import TENSOR_CORE_NAMES
+from .kineto import matrix_kernel, tensor_core_kernel
 
 
 @dataclass
@@ -274,10 +274,29 @@ def _beside_predictions(analysis, measured: dict, steps: int) -> tuple[list[dict
 
 
 def _tensor_core_usage(prof) -> dict:  # pragma: no cover - needs a GPU
-    """'Am I using Tensor Cores?': GEMM and convolution kernels by name."""
+    """'Am I using Tensor Cores?': the profiled steps' kernels, by name."""
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    gemm = [e for e in kernels if any(s in e.name.lower() for s in ("gemm", "conv", "cutlass"))]
-    return {
-        "gemm_kernels": len(gemm),
-        "tensor_core_kernels": sum(bool(TENSOR_CORE_NAMES.search(e.name)) for e in gemm),
+    return tensor_core_usage(e.name for e in kernels)
+
+
+def tensor_core_usage(names) -> dict:
+    """Of the kernel launches `names`: the GEMM and convolution kernels and the
+    fused attention kernels, and how many of each ran on Tensor Cores."""
+    counts = {
+        "gemm_kernels": 0,
+        "tensor_core_kernels": 0,
+        "attention_kernels": 0,
+        "attention_tensor_core_kernels": 0,
     }
+    for name in names:
+        kind = matrix_kernel(name)
+        if kind is None:
+            continue
+        tc = tensor_core_kernel(name)
+        if kind == "gemm":
+            counts["gemm_kernels"] += 1
+            counts["tensor_core_kernels"] += tc
+        else:
+            counts["attention_kernels"] += 1
+            counts["attention_tensor_core_kernels"] += tc
+    return counts

@@ -99,7 +99,7 @@ def _loss_of(out) -> torch.Tensor:
     if isinstance(out, dict) and isinstance(out.get("loss"), torch.Tensor):
         return out["loss"]
     if isinstance(out, torch.Tensor) and out.dim() == 2 and out.is_floating_point():
-        target = torch.zeros(out.shape[0], dtype=torch.long)
+        target = torch.zeros(out.shape[0], dtype=torch.long, device=out.device)
         return nn.functional.cross_entropy(out.float(), target)
     tensors = []
 

@@ -100,11 +100,22 @@ def measure_report(r, console: Console | None = None) -> None:
     console.print(_measured_categories(r))
     console.print(_measured_ops(r))
     if r.tensor_core_kernels:
-        tc = r.tensor_core_kernels
-        console.print(
-            f"Tensor Cores: {tc['tensor_core_kernels']} of {tc['gemm_kernels']} "
-            "GEMM/convolution kernels"
+        console.print(tensor_core_line(r.tensor_core_kernels))
+
+
+def tensor_core_line(tc: dict) -> str:
+    """The measured step's kernels on Tensor Cores, GEMMs and convolutions, and
+    fused attention where it ran."""
+    line = (
+        f"Tensor Cores: {tc['tensor_core_kernels']:,} of {tc['gemm_kernels']:,} "
+        "GEMM/convolution kernels"
+    )
+    if tc.get("attention_kernels"):
+        line += (
+            f", {tc['attention_tensor_core_kernels']:,} of {tc['attention_kernels']:,} "
+            "attention kernels"
         )
+    return line
 
 
 def _measured_categories(r) -> Table:
