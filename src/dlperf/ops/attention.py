@@ -29,7 +29,7 @@ from ..kinds import Category
 from ..tracing import OpEvent, TensorMeta
 from ..tracing import attention as _traced  # registers the dlperf:: ops  # noqa: F401
 from .cost import AttentionShape, Cost, CostContext, noted
-from .factories import in_bytes, out_bytes
+from .factories import arguments, in_bytes, out_bytes
 from .registry import aten_ops, register
 
 _ATTENTION = {"category": Category.CONTRACTION, "family": "attention"}
@@ -38,29 +38,13 @@ _NAMED = tuple(b.name for b in REGISTRY if b.aten)
 _OWN = ("dlperf.attention.default", "dlperf.attention_backward.default")
 
 
-def _arguments(e: OpEvent) -> dict:
-    """The event's arguments by their schema names (defaults where not recorded)."""
-    packet, _, overload = e.op.rpartition(".")
-    namespace, _, name = packet.partition(".")
-    schema = getattr(getattr(getattr(torch.ops, namespace), name), overload)._schema
-    found = {}
-    for i, arg in enumerate(schema.arguments):
-        if i < len(e.args):
-            found[arg.name] = e.args[i]
-        elif arg.name in e.kwargs:
-            found[arg.name] = e.kwargs[arg.name]
-        elif arg.has_default_value():
-            found[arg.name] = arg.default_value
-    return found
-
-
 def _backend_named(op: str) -> str:
     return next((backend for backend in _NAMED if backend in op), "")
 
 
 def attention_shape(e: OpEvent, ctx: CostContext, phase: str) -> AttentionShape:
     """The attention call an event describes (see the module docstring)."""
-    a = _arguments(e)
+    a = arguments(e)
     q, k, v = (a[name] if name in a else a[name[0]] for name in ("query", "key", "value"))
     heads_first = e.op.startswith(("aten._scaled", "dlperf."))
     b, hq, lq, d = _bhld(q, heads_first)

@@ -34,6 +34,22 @@ def first(event: OpEvent) -> TensorMeta | None:
     return ts[0] if ts else None
 
 
+def arguments(event: OpEvent) -> dict:
+    """The event's arguments by their schema names (defaults where not recorded)."""
+    packet, _, overload = event.op.rpartition(".")
+    namespace, _, name = packet.partition(".")
+    schema = getattr(getattr(getattr(torch.ops, namespace), name), overload)._schema
+    found = {}
+    for i, arg in enumerate(schema.arguments):
+        if i < len(event.args):
+            found[arg.name] = event.args[i]
+        elif arg.name in event.kwargs:
+            found[arg.name] = event.kwargs[arg.name]
+        elif arg.has_default_value():
+            found[arg.name] = arg.default_value
+    return found
+
+
 def _nothing(event: OpEvent) -> float:
     return 0.0
 
