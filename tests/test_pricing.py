@@ -14,9 +14,9 @@ from dlperf.errors import DlperfError
 from dlperf.kernels.losses import AlignmentLoss, LayoutLoss, RereadLoss, WaveLoss
 from dlperf.kernels.pricing import on_chip_bytes, time
 from dlperf.kinds import Bound, Category, LossKind
-from dlperf.ops import Cost, CostContext, Gemm, registered_packets
+from dlperf.ops import Cost, CostContext, Gemm, cost_of, registered_packets
 from dlperf.precision import precision
-from dlperf.tracing import is_free
+from dlperf.tracing import is_free, trace
 
 
 def test_costs_add_up_field_by_field():
@@ -83,6 +83,59 @@ def test_batch_norm_rereads_what_does_not_fit_the_spec_on_chip():
     once = _batch_norm_row(roomy, big_shape)
     assert not [loss for loss in once.losses if loss.kind == LossKind.REREAD]
     assert big.bytes - once.bytes == 205_520_896
+
+
+class _CrossEntropy(nn.Module):
+    """A head and PyTorch's cross-entropy: log_softmax, then nll_loss on its output."""
+
+    def __init__(self, head: nn.Module, weight: torch.Tensor | None = None):
+        super().__init__()
+        self.head = head
+        self.register_buffer("weight", weight)
+
+    def forward(self, x, target):
+        return nn.functional.cross_entropy(self.head(x), target, weight=self.weight)
+
+
+def _nll_costs(model, x, target) -> dict[str, Cost]:
+    traced = trace(model, (x, target), precision="fp32")
+    ctx = CostContext(precision("fp32"))
+    return {e.op.split(".")[1]: cost_of(e, ctx) for e in traced.events if "nll_loss" in e.op}
+
+
+def test_nll_loss_gathers_one_logit_a_target_and_its_backward_never_reads_the_logits():
+    # N = 6 rows of C = 10 fp32 log-probabilities, 6 int64 targets, mean reduction.
+    costs = _nll_costs(
+        _CrossEntropy(nn.Linear(8, 10)),
+        torch.empty(6, 8, device="meta"),
+        torch.zeros(6, dtype=torch.int64, device="meta"),
+    )
+    forward, backward = costs["nll_loss_forward"], costs["nll_loss_backward"]
+    # forward reads the targets (6 x 8 = 48 B) and self[i, t_i] per row (6 x 4 = 24 B),
+    # not the 6 x 10 x 4 = 240 B of rows: 72 B; writes the loss and total_weight (2 x 4 B)
+    assert (forward.bytes_read, forward.bytes_written) == (72, 8)
+    # backward reads grad_output (a 4 B scalar), the targets (48 B) and total_weight
+    # (4 B): 56 B, and not `self` (240 B); writes the zeroed 6 x 10 x 4 = 240 B
+    # gradient, then -grad_output / total_weight at the 6 targets (6 x 4 = 24 B): 264 B,
+    # in two kernels (the fill, the scatter)
+    assert (backward.bytes_read, backward.bytes_written, backward.kernels) == (56, 264, 2)
+
+
+def test_nll_loss_reads_one_class_weight_a_target_in_two_dimensions_too():
+    # nll_loss2d: N = 2 images of C = 5 classes on 4 x 4 pixels, 32 int64 targets
+    # (256 B), a (5,) fp32 class weight, mean reduction.
+    costs = _nll_costs(
+        _CrossEntropy(nn.Conv2d(3, 5, 1), weight=torch.ones(5)),
+        torch.empty(2, 3, 4, 4, device="meta"),
+        torch.zeros(2, 4, 4, dtype=torch.int64, device="meta"),
+    )
+    forward, backward = costs["nll_loss2d_forward"], costs["nll_loss2d_backward"]
+    # weight[t_i] for 32 targets is at most the whole 5 x 4 = 20 B weight
+    # forward: 256 B targets + 32 x 4 = 128 B gathered log-probabilities + 20 B weight
+    assert (forward.bytes_read, forward.bytes_written) == (404, 8)
+    # backward: grad_output 4 B + targets 256 B + weight 20 B + total_weight 4 B = 284 B;
+    # writes the 2 x 5 x 4 x 4 x 4 = 640 B gradient and the 32 x 4 = 128 B scatter
+    assert (backward.bytes_read, backward.bytes_written) == (284, 768)
 
 
 def test_alignment_loss_is_a_record_and_the_note_its_prose():
