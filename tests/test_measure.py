@@ -244,6 +244,38 @@ def test_math_path_attention_backward_is_found_through_autograd(cached_cpu, tmp_
     assert not any("attention" in r["op"] for r in c.unmatched_rows)
 
 
+class _SelfAttention(nn.Module):
+    """One causal self-attention through F.scaled_dot_product_attention."""
+
+    def __init__(self, width: int = 16, heads: int = 2):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+
+    def forward(self, x):
+        b, n, width = x.shape
+        qkv = self.qkv(x).view(b, n, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
+        out = nn.functional.scaled_dot_product_attention(*qkv, is_causal=True)
+        return out.transpose(1, 2).reshape(b, n, width)
+
+
+def test_measure_puts_the_measured_sdpa_calls_beside_the_fused_attention_rows(cached_cpu):
+    """dlperf prices SDPA as its own fused rows (dlperf.attention and its
+    backward); the run's calls are aten's (on this CPU scaled_dot_product_attention,
+    over _scaled_dot_product_flash_attention_for_cpu, and the latter's backward).
+    measure pairs them as compare does (trace_match), where it matched aten
+    names only and left both rows unmeasured."""
+    x = torch.empty(2, 32, 16, device="meta")
+    report = dlperf.measure(_SelfAttention(), x, device="cpu", training=True, steps=2)
+    attention = {o["op"]: o for o in report.ops if "attention" in o["op"]}
+    assert attention.keys() == {"dlperf.attention.default", "dlperf.attention_backward.default"}
+    for op in attention.values():
+        assert op["predicted_time_s"] > 0 and op["measured_time_s"] > 0, op
+    assert attention["dlperf.attention.default"]["phase"] == "forward"
+    assert attention["dlperf.attention_backward.default"]["phase"] == "backward"
+    assert report.categories["contraction"]["measured_time_s"] > 0
+
+
 class _TensorsOffDevice(TorchDispatchMode):
     """Every op that reads a tensor of more than one element off `device` (a
     CPU scalar is what CUDA ops take beside their own tensors)."""

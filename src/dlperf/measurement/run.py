@@ -7,8 +7,11 @@ the given shapes, training with fused AdamW: warm-up steps first, then
 profiled steps (torch.profiler, shapes recorded) for the per-op times, then
 unprofiled steps for the step time (median and spread). The profiled steps can
 be written as a Chrome trace (`--trace-out`) for `compare` and `calibrate`. Measured ops are
-matched to predicted rows by op
-name and input shapes, in order.
+matched to predicted rows as `compare` matches a trace's (`trace_match`): by the
+profiler's name of the op (SDPA's backend calls are dlperf's fused attention
+rows, cuDNN's batch norm is `native_batch_norm` ...), the outermost call of a
+predicted name owning the time of the calls inside it, and by input shapes in
+order within each profiled step, then by name alone.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ..hardware.timing import time_callable
 from ..jsonable import fields_dict
 from ..tracing import _loss_of
 from .kineto import matrix_kernel, tensor_core_kernel
+from .trace_match import Call, canonical, match, shape_key, trace_name
 
 
 @dataclass
@@ -165,10 +169,6 @@ class _quiet_profiler:
         return False
 
 
-def _key(name: str, shapes) -> tuple:
-    return name, tuple(tuple(s) for s in shapes if s)
-
-
 def measure_model(
     name,
     model,
@@ -207,11 +207,12 @@ def measure_model(
         events = prof.events()
         if trace_out is not None:
             prof.export_chrome_trace(str(trace_out))
-    measured = _measured_ops(events, device)
+    rows = [r for r in analysis.rows if r.phase != "optimizer"]
+    calls = _measured_calls(events, device, {trace_name(r.op) for r in rows})
     timing = time_callable(step, warmup=1, repeats=max(5, steps), synchronize=sync)
     # the optimizer the step ran: none where nothing is trainable
     stepped = training and any(p.requires_grad for p in model.parameters())
-    ops, categories = _beside_predictions(analysis, measured, steps)
+    ops, categories = _beside_predictions(rows, calls, steps)
     tc = _tensor_core_usage(prof) if device == "cuda" else None
     return MeasureReport(
         name,
@@ -228,35 +229,44 @@ def measure_model(
     )
 
 
-def _measured_ops(events, device: str) -> dict[tuple, list[float]]:
-    """Seconds of every profiled aten call, by op and input shapes, in order."""
-    measured = defaultdict(list)
+def _measured_calls(events, device: str, names: set[str]) -> list[Call]:
+    """The profiled model-op calls in start order: each outermost aten call
+    whose name, as `trace_match.canonical` reads it, is one of the predicted
+    `names` (`trace_match.trace_name` of the rows). Its time is its device time
+    on a GPU (its kernels and those of the calls inside it), else its CPU time;
+    its step is the `ProfilerStep#i` span it starts in (by time: on a GPU
+    autograd runs backward on a thread of its own, outside the step's calls)."""
+    spans = [
+        (e.time_range.start, e.time_range.end, int(e.name.removeprefix("ProfilerStep#")))
+        for e in events
+        if e.name.startswith("ProfilerStep#")
+    ]
+    calls = []
     for event in events:
-        if event.name.startswith("aten::"):
-            device_us = getattr(event, "device_time_total", 0) if device == "cuda" else 0
-            us = device_us or event.cpu_time_total
-            measured[_key(event.name, event.input_shapes)].append(us * 1e-6)
-    return measured
-
-
-def _beside_predictions(analysis, measured: dict, steps: int) -> tuple[list[dict], dict]:
-    """Each predicted op with its measured time (None when not matched), and
-    the per-category sums of the matched ones."""
-    ops, categories = [], defaultdict(lambda: {"predicted_time_s": 0.0, "measured_time_s": 0.0})
-    used = defaultdict(int)
-    for row in analysis.rows:
-        if row.phase == "optimizer":
+        name = canonical(event.name)
+        if not event.name.startswith("aten::") or name not in names:
             continue
-        aten = "aten::" + row.op.split(".")[1] if row.op.startswith("aten.") else row.op
-        key = _key(aten, row.shapes)
-        samples = measured.get(key, [])
-        per_step = len(samples) // steps if samples else 0
-        measured_s = None
-        if per_step and used[key] < per_step:
-            # the i-th call of this op and shape in each profiled step
-            i = used[key]
-            measured_s = statistics.median(samples[i::per_step])
-            used[key] += 1
+        outer = event.cpu_parent
+        while outer is not None and canonical(outer.name) not in names:
+            outer = outer.cpu_parent
+        if outer is not None:
+            continue  # inside a predicted op: that op's time holds this one's
+        device_us = getattr(event, "device_time_total", 0) if device == "cuda" else 0
+        us = device_us or event.cpu_time_total
+        start = event.time_range.start
+        step = next((i for lo, hi, i in spans if lo <= start <= hi), None)
+        calls.append(Call(name, shape_key(event.input_shapes), start, us, step=step))
+    return sorted(calls, key=lambda c: c.start_us)
+
+
+def _beside_predictions(rows: list, calls: list[Call], steps: int) -> tuple[list[dict], dict]:
+    """Each predicted op with its measured time (the median of its calls over the
+    profiled steps; None when not matched), and the per-category sums of the
+    matched ones."""
+    ops, categories = [], defaultdict(lambda: {"predicted_time_s": 0.0, "measured_time_s": 0.0})
+    taken, _ = match(rows, calls, steps)
+    for row, mine in zip(rows, taken, strict=True):
+        measured_s = statistics.median(c.time_us for c in mine) * 1e-6 if mine else None
         ops.append(
             {
                 "module": row.module,

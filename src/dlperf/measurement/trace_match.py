@@ -100,7 +100,7 @@ class Call:
     step: int | None = None  # the profiled step it ran in (None: outside them, or no marks)
 
 
-def _shape_key(dims) -> tuple | None:
+def shape_key(dims) -> tuple | None:
     """Tensor input shapes as a hashable key (scalars and empty entries dropped)."""
     if not isinstance(dims, list):
         return None
@@ -205,7 +205,7 @@ def anchored_calls(data: TraceData, names: set[str]) -> tuple[list[Call], list[K
         dims = op["args"].get("Input Dims")
         name = backward if group is not None else canonical(op["name"])
         call = Call(
-            name, None if group is not None else _shape_key(dims), op["ts"],
+            name, None if group is not None else shape_key(dims), op["ts"],
             0.0 if gpu else op["dur"], step=_step_of(op["ts"], starts, data.step_spans),
         )  # fmt: skip
         calls[id(op)] = call
