@@ -131,7 +131,8 @@ def main() -> None:
     print(f"measured: {machine['gpu']} ({machine['nvidia_smi']}), torch {machine['torch']}, "
           f"{machine['date']}; priced on {GPU}")  # fmt: skip
     spec = gpu(GPU)
-    priced = gemm_rows(rows, spec) + attention_rows(rows, spec) + elementwise_rows(rows, spec)
+    attention = attention_rows(rows, spec)  # priced once: the refit reads them too
+    priced = gemm_rows(rows, spec) + attention + elementwise_rows(rows, spec)
     groups: dict[str, list[float]] = {}
     for label, row, seconds in priced:
         err = seconds / (row["ms"] * 1e-3) - 1.0
@@ -149,10 +150,10 @@ def main() -> None:
     every = [abs(e) for errs in groups.values() for e in errs]
     print(f"{'all':32s} {len(every):4d} {statistics.median(every):12.1%}")
     if args.fit_attention:
-        attention_anchors(rows, spec)
+        attention_anchors(attention, spec)
 
 
-def attention_anchors(rows: list[dict], spec) -> None:
+def attention_anchors(attention: list[tuple[str, dict, float]], spec) -> None:
     """Hopper's fused-attention constants refitted on these kernels. An anchor
     scales a kernel's main-loop rate, so the time goes as 1 / anchor: the refit is
     the anchor times the median of predicted / measured. A backward thread block
@@ -160,16 +161,17 @@ def attention_anchors(rows: list[dict], spec) -> None:
     forward's one, as prologue and epilogue); its time goes as (S + o + 2) / S for
     S = seq / 128 steps under a causal mask: o is refitted with the backward
     anchors, one o for all kernels. The backward is fwd+bwd less fwd, measured and
-    predicted alike. Leave-one-out: refit without one sequence length, judged on it."""
+    predicted alike. Leave-one-out: refit without one sequence length, judged on it.
+    `attention` is `attention_rows`'s pricing of the measured kernels."""
     from dlperf.kernels.attention import BLOCK_ROWS
 
     eff = spec.efficiency
     old = eff.attention_backward_overhead_steps
     fwd = {}
-    for label, row, seconds in attention_rows(rows, spec):
+    for label, row, seconds in attention:
         if row["group"] == "attention_training" and label.endswith(" fwd"):
             fwd.setdefault(label.split()[1], []).append((row["seq"], seconds / (row["ms"] * 1e-3)))
-    bwd = {b: _backward_ratios(rows, spec, b) for b in fwd}
+    bwd = {b: _backward_ratios(attention, b) for b in fwd}
 
     def rescaled(pairs, o):  # predicted / measured under overhead o, anchors unchanged
         return [(seq, r * (seq / BLOCK_ROWS + o + 2) / (seq / BLOCK_ROWS + old + 2))
@@ -211,9 +213,9 @@ def attention_anchors(rows: list[dict], spec) -> None:
               f"{len(bwd[b]):4d} {loo[b]:14.1%}")  # fmt: skip
 
 
-def _backward_ratios(rows, spec, backend) -> list[tuple[int, float]]:
+def _backward_ratios(attention, backend) -> list[tuple[int, float]]:
     fwd, both = {}, {}
-    for label, row, seconds in attention_rows(rows, spec):
+    for label, row, seconds in attention:
         if row["group"] != "attention_training" or label.split()[1] != backend:
             continue
         key = (row["seq"], row["kv_heads"])

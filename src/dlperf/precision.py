@@ -228,8 +228,7 @@ def with_sparsity(spec, policy: Precision, sparsity: str | None) -> Precision:
 
 def sparsity_refusal(spec, policy: Precision) -> str | None:
     """Why 2:4 sparsity cannot run under `policy` on `spec`, or None where it can."""
-    major = int((spec.compute_capability or "0").split(".")[0])
-    if spec.kind == "cpu" or major < 8:
+    if spec.kind == "cpu" or _capability(spec)[0] < 8:
         return (
             f"{spec.id} has no sparse Tensor Cores (2:4 sparsity needs Ampere or later); "
             "drop --sparsity"
@@ -281,13 +280,19 @@ def resolve_for(spec, name: str | Precision = AUTO, training: bool | None = None
     return _for_step(policy, training)
 
 
+def _capability(spec) -> tuple[int, int]:
+    """(major, minor) of the spec's compute capability; (0, 0) where it names none."""
+    major, _, minor = (spec.compute_capability or "0").partition(".")
+    return int(major), int(minor or 0)
+
+
 def _format_refusal(spec, policy: Precision) -> str | None:
     """Why `spec`'s Tensor Cores cannot run the policy's block-scaled format, or None."""
     fmt = policy.linear_format
     if not policy.fp8_linear or not fmt.block:
         return None
-    cc = tuple(int(x) for x in (spec.compute_capability or "0.0").split(".")[:2])
-    if spec.kind != "cpu" and cc >= fmt.min_compute_capability and spec.has_dtype(fmt.gemm_dtype):
+    capable = _capability(spec) >= fmt.min_compute_capability
+    if spec.kind != "cpu" and capable and spec.has_dtype(fmt.gemm_dtype):
         return None
     other = "fp8" if spec.has_dtype("fp8") and spec.kind != "cpu" else AUTO
     return (

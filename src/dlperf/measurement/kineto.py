@@ -79,18 +79,14 @@ class Kernel:
 
     @property
     def tensor_cores(self) -> bool:
-        return _tensor_core_name(self.name)
+        return tensor_core_kernel(self.name)
 
 
 @functools.lru_cache(maxsize=4096)
-def _tensor_core_name(name: str) -> bool:
-    # thousands of launches share a few hundred long names; the search is the slow part
-    return bool(TENSOR_CORE_NAMES.search(name)) and not NOT_TENSOR_CORE_NAMES.search(name)
-
-
 def tensor_core_kernel(name: str) -> bool:
     """Whether the kernel `name` ran on Tensor Cores (by its name)."""
-    return _tensor_core_name(name)
+    # thousands of launches share a few hundred long names; the search is the slow part
+    return bool(TENSOR_CORE_NAMES.search(name)) and not NOT_TENSOR_CORE_NAMES.search(name)
 
 
 def matrix_kernel(name: str) -> str | None:
