@@ -291,6 +291,14 @@ def test_torchtitans_float8_converter_prices_float8(tmp_path, capsys):
     )[1].splitlines()[0]
     plain = read_config(EXAMPLES / "torchtitan_llama3_8b.toml", gpus=8)
     assert plain.options["precision"] == "amp-bf16"
+    # the [float8] section without the converter: torchtitan builds no float8 layer, and
+    # explain-config says so of each of its settings (it called them details fp8 fixes)
+    alone = tmp_path / "section_only.toml"
+    alone.write_text((EXAMPLES / "torchtitan_llama3_8b.toml").read_text() + section)
+    job = read_config(alone, gpus=8)
+    assert job.options["precision"] == "amp-bf16"
+    settings = [f for f in job.fields if f.name.startswith("float8.")]
+    assert len(settings) == 2 and all("converters" in f.ignored for f in settings)
 
 
 def test_a_torchrun_launch_plans_for_its_gpus(tmp_path, capsys):

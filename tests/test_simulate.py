@@ -339,12 +339,13 @@ def test_a_shared_system_prompt_is_computed_once_per_group():
 
 
 def test_stages_send_rate_x_seconds_requests_each_within_its_stage():
-    from dlperf.serving.workload import parse_stages
+    from dlperf.serving.workload import gathered, parse_stages
     from dlperf.serving.workload import requests as drawn
 
     stages = parse_stages("8x0.5,2x1")
     assert stages == [(8.0, 0.5), (2.0, 1.0)]
-    work = drawn("random:in=8,out=2", 6, seed=1).staged(stages)  # 8 x 0.5 = 4, then 2 x 1 = 2
+    # 8 x 0.5 = 4 requests, then 2 x 1 = 2
+    work = gathered(drawn("random:in=8,out=2", 6, seed=1).staged(stages))
     first, second = work.arrival_s[work.stage == 0], work.arrival_s[work.stage == 1]
     assert len(first) == 4 and len(second) == 2
     # gaps rescaled to fill each stage: its last request comes at the stage's end
@@ -393,10 +394,10 @@ def test_a_file_of_timestamps_sends_its_requests_at_them(tmp_path, capsys):
 def test_token_gaps_fold_into_bins_past_their_exact_budget(monkeypatch):
     """Past `EXACT` gaps the run keeps counts over bins 0.5% wide: its memory stops
     growing, the mean stays exact and a percentile lands within a bin of numpy's."""
-    from dlperf.serving.scheduler import TokenGaps
+    from dlperf.serving.latencies import Samples
 
-    monkeypatch.setattr(TokenGaps, "EXACT", 1000)
-    gaps, values = TokenGaps(), np.random.default_rng(0).lognormal(-4.0, 0.5, 5000)
+    monkeypatch.setattr(Samples, "EXACT", 1000)
+    gaps, values = Samples(), np.random.default_rng(0).lognormal(-4.0, 0.5, 5000)
     for part in np.split(values, 10):
         gaps.add(part)
     assert gaps.values() is None and gaps.counts.size == 460 * 14 + 1
@@ -404,3 +405,44 @@ def test_token_gaps_fold_into_bins_past_their_exact_budget(monkeypatch):
     assert stats["mean"] == pytest.approx(values.mean(), rel=1e-12)
     for q in (50, 90, 99):
         assert stats[f"p{q}"] == pytest.approx(np.percentile(values, q), rel=0.006)
+
+
+class TenMsPerStep:
+    """Every step takes 10 ms and nothing is kept of it."""
+
+    def step_s(self, decodes, decode_cached, chunks):
+        return 0.01
+
+    def decode_s(self, batch, mean_cached):
+        return 0.01
+
+
+def test_requests_stream_through_the_engine_in_memory_that_does_not_grow(monkeypatch):
+    """issue 36, item 1: a run held every request's state to the end, so 10^7 took
+    1.2 GB. Requests are now drawn a chunk at a time and held only while queued
+    (a window of them) or running, and latencies fold into bins past `EXACT`:
+    4x the requests, sent all at once (the longest queue), need no more memory."""
+    import tracemalloc
+
+    from dlperf.serving import workload as drawing
+    from dlperf.serving.latencies import Latencies, Samples
+
+    monkeypatch.setattr(drawing, "CHUNK", 1000)
+    monkeypatch.setattr(Samples, "EXACT", 1000)
+
+    def peak_bytes(n: int) -> tuple[int, Latencies]:
+        stream = drawing.requests("random:in=8,out=2", n).arriving(math.inf)
+        done = Latencies()
+        tracemalloc.start()
+        run_engine(stream, limits(max_num_seqs=256, kv_blocks=10**6), TenMsPerStep(), done)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return peak, done
+
+    small, done = peak_bytes(5_000)
+    assert done.count == 5_000 and done.output_tokens == 10_000
+    large, done = peak_bytes(20_000)
+    assert done.count == 20_000
+    # held whole, 4x the requests took 4x the memory; streamed, the window of 1024
+    # queued requests and one chunk of 1000 are the same for both
+    assert large < 1.25 * small

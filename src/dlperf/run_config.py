@@ -112,10 +112,11 @@ class ParallelConfig:
 
 # The KV cache block sizes vLLM's CacheConfig takes (its BlockSize literal).
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
-# The most requests one simulation sends: each holds about 120 bytes of state for
-# the run (its lengths, its progress, its first and last token's times; the gaps
-# between tokens are bounded, `serving.scheduler.TokenGaps`), so 10^7 hold 1.2 GB
-# and take tens of minutes; the percentiles settle within a few thousand.
+# The most requests one simulation sends. They stream through the engine (drawn
+# as they arrive, held only while queued or running: `serving.scheduler`), so
+# memory does not grow with the count, but time does: about 20 s per 10^5
+# requests of a small model on a 2-core machine, so 10^7 take over half an
+# hour, while the percentiles settle within a few thousand.
 MAX_PROMPTS = 10**7
 
 
@@ -333,8 +334,8 @@ def _check_values(config: RunConfig) -> None:
     if serving.num_prompts is not None and serving.num_prompts > MAX_PROMPTS:
         raise DlperfError(
             f"--num-prompts {serving.num_prompts:,} is more than the {MAX_PROMPTS:,} requests one "
-            "simulation sends (each holds its state for the run): give fewer; a few thousand "
-            "settle the latency percentiles"
+            "simulation sends (each costs simulated steps: 10^7 take over half an hour): give "
+            "fewer; a few thousand settle the latency percentiles"
         )
     if serving.block_size not in BLOCK_SIZES:
         raise DlperfError(

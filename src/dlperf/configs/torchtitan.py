@@ -11,6 +11,8 @@ the loss upcast to fp32 (its cross-entropy on fp32 logits).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .job import NOT_PRICED, Job, bad, positive
 
 # torchtitan's model flavors, as the checkpoints they are sized as (a bundled
@@ -32,6 +34,7 @@ MODEL_PATHS = {"model.tokenizer_path", "model.hf_assets_path", "model.assets_pat
 # [model] converters swap the model's linear layers before training: torchtitan's
 # float8 converter (older name, then newer) trains them in float8 (`--precision fp8`).
 FLOAT8_CONVERTERS = {"float8", "quantize.linear.float8"}
+FLOAT8_SECTIONS = ("float8", "quantize", "mx")
 # Sections that describe the job's bookkeeping, not its step.
 BOOKKEEPING = {
     "job",
@@ -67,6 +70,8 @@ def read(doc: dict, path: str, gpus: int | None) -> Job:
         job.global_batch = job.micro_batch * job.parallel["dp"]
     if job.float8:  # whichever section came first
         job.options["precision"] = "fp8"
+    else:
+        _float8_unused(job)
     job.options.setdefault("precision", "amp-bf16")  # torchtitan's default param dtype
     job.options.setdefault("reduce_dtype", "fp32")
     job.options.setdefault("clip_grad", True)  # torchtitan's max_norm defaults to 1.0
@@ -133,7 +138,7 @@ def _field(job: Job, name: str, value, path: str) -> None:  # noqa: C901 - one t
         _compile(job, name, value)
     elif name.startswith("compile."):
         job.ignore(name, value, "what torch.compile wraps: the blocks are priced compiled")
-    elif section in ("float8", "quantize", "mx"):
+    elif section in FLOAT8_SECTIONS:
         _float8(job, name, value)
     else:
         job.ignore(name, value, "unknown field: not a torchtitan option dlperf knows")
@@ -225,8 +230,20 @@ def _float8(job: Job, name: str, value) -> None:
         if value:
             job.float8 = True
             job.use(name, value, "--precision fp8 (float8 linear layers)")
+        else:
+            job.use(name, value, "no float8 linear layers")
         return
     job.ignore(name, value, "a float8 detail dlperf's fp8 policy fixes")
+
+
+def _float8_unused(job: Job) -> None:
+    """Without the float8 converter torchtitan builds no float8 layer: its
+    section's settings change nothing, and are listed as such."""
+    unused = "torchtitan applies it only with [model] converters = [\"float8\"]: priced in bf16"
+    job.fields[:] = [
+        replace(f, ignored=unused) if f.name.split(".")[0] in FLOAT8_SECTIONS and f.ignored else f
+        for f in job.fields
+    ]
 
 
 def _parallel(job: Job, par: dict, training: dict, path: str, gpus: int | None) -> None:

@@ -31,6 +31,10 @@ a request of its group has computed it. A step ends `StepCosts.step_s` later;
 every request whose scheduled tokens reach its last known token emits one
 token then (the first at the end of its prefill). Requests that arrive
 during a step join at the next.
+
+Requests come from a stream (`workload.Stream`), drawn as they arrive and
+held in slots only while in the engine (`EngineState`): a run's memory is
+bounded by the engine's queue window and running batch, not its length.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DlperfError
+from .latencies import Latencies, Samples
 from .step_costs import StepCosts
 from .workload import Workload
 
@@ -63,77 +68,16 @@ class EngineLimits:
         return scheduling_policy(self.policy, self.chunked_prefill)
 
 
-class TokenGaps:
-    """The gaps between consecutive tokens of a run, in memory that does not grow
-    with it: kept exactly up to `EXACT` gaps (every run of 10^4 requests), then
-    folded into counts over log-spaced bins 0.5% wide (percentiles to within
-    one, the mean exact)."""
-
-    EXACT = 2**23  # 64 MiB of float64
-    BINS_PER_DECADE = 460  # 10 ** (1 / 460) = 1.005
-    LOW_S, DECADES = 1e-9, 14  # 1 ns .. 10^5 s
-
-    def __init__(self):
-        self.exact: list[np.ndarray] | None = []
-        self.held = 0
-        self.counts: np.ndarray | None = None
-        self.count, self.total = 0, 0.0
-        self.low, self.high = math.inf, -math.inf
-
-    def add(self, gaps: np.ndarray) -> None:
-        if not len(gaps):
-            return
-        self.count += len(gaps)
-        if self.exact is not None:  # a list append: the simulation's hot path
-            self.exact.append(gaps)
-            self.held += len(gaps)
-            if self.held <= self.EXACT:
-                return
-            gaps, self.exact = np.concatenate(self.exact), None
-            self.counts = np.zeros(self.BINS_PER_DECADE * self.DECADES + 1, np.int64)
-        self.total += float(gaps.sum())
-        self.low, self.high = min(self.low, float(gaps.min())), max(self.high, float(gaps.max()))
-        self.counts += np.bincount(self._bins(gaps), minlength=len(self.counts))
-
-    def _bins(self, gaps: np.ndarray) -> np.ndarray:
-        scaled = np.log10(np.maximum(gaps, self.LOW_S) / self.LOW_S) * self.BINS_PER_DECADE
-        return np.minimum(scaled.astype(np.int64), self.BINS_PER_DECADE * self.DECADES)
-
-    def values(self) -> np.ndarray | None:
-        """Every gap, while they are held exactly (None once binned)."""
-        if self.exact is None:
-            return None
-        return np.concatenate(self.exact) if self.exact else np.empty(0)
-
-    def stats(self, percentiles) -> dict:
-        """mean, median and the percentiles (None for a run without gaps)."""
-        if not self.count:
-            return {"mean": None, "median": None, **{f"p{q}": None for q in percentiles}}
-        exact = self.values()
-        if exact is not None:
-            out = {"mean": float(np.mean(exact)), "median": float(np.median(exact))}
-            out.update({f"p{q}": float(np.percentile(exact, q)) for q in percentiles})
-            return out
-        cumulative = np.cumsum(self.counts)
-
-        def at(q: float) -> float:
-            i = int(np.searchsorted(cumulative, q / 100 * self.count))
-            middle = self.LOW_S * 10 ** ((i + 0.5) / self.BINS_PER_DECADE)
-            return float(min(max(middle, self.low), self.high))
-
-        out = {"mean": self.total / self.count, "median": at(50)}
-        out.update({f"p{q}": at(q) for q in percentiles})
-        return out
-
-
 @dataclass
 class Timings:
-    """Per request: when its first token came and when it finished; the gaps
-    between consecutive tokens (`TokenGaps`); and the run's counters."""
+    """A run's counters, the gaps between consecutive tokens (`Samples`), the
+    finished requests' latencies where asked (`Latencies`) and, for a run of
+    a `Workload` held whole, each request's first token and finish times."""
 
-    first_token_s: np.ndarray
-    finish_s: np.ndarray
-    itl: TokenGaps = field(default_factory=TokenGaps)
+    first_token_s: np.ndarray | None = None
+    finish_s: np.ndarray | None = None
+    latencies: Latencies | None = None
+    itl: Samples = field(default_factory=Samples)
     steps: int = 0
     preemptions: int = 0
     busy_s: float = 0.0
@@ -192,55 +136,137 @@ def prefill_first(engine: EngineState) -> list[tuple[int, int]]:
     return admitted or engine.continue_running(budget)[0]
 
 
-def run_engine(work: Workload, limits: EngineLimits, costs: StepCosts) -> Timings:
-    """Serve `work` to the end on the engine (module docstring)."""
-    _check_fits(work.input_len + work.output_len, limits)
-    return EngineState(work, limits, costs).run()
+def run_engine(work, limits: EngineLimits, costs: StepCosts,
+               latencies: Latencies | None = None) -> Timings:  # fmt: skip
+    """Serve `work` to the end on the engine (module docstring): a `Workload`
+    held whole (each request's first token and finish kept in the `Timings`)
+    or a stream of them (`workload.Stream`, drawn as the run reaches its
+    requests); the finished requests' latencies gathered in `latencies`."""
+    whole = isinstance(work, Workload)
+    longest = int((work.input_len + work.output_len).max()) if whole else work.longest
+    _check_fits(longest, limits)
+    timings = Timings(latencies=latencies)
+    if whole:
+        timings.first_token_s, timings.finish_s = (np.full(len(work), np.nan) for _ in "ab")
+    EngineState([work] if whole else work, limits, costs, timings).run()
+    return timings
+
+
+class _Arrivals:
+    """The requests not yet waiting in the engine, in arrival order: the
+    stream's current chunk and the next request of it."""
+
+    def __init__(self, chunks):
+        self.source, self.chunk, self.at, self.number = iter(chunks), None, 0, 0
+        self._next_chunk()
+
+    def _next_chunk(self) -> None:
+        self.chunk, self.at = next(self.source, None), 0
+        if self.chunk is not None and not len(self.chunk):
+            self._next_chunk()
+
+    def next_s(self) -> float:
+        """When the next request arrives (inf: none is left)."""
+        return math.inf if self.chunk is None else float(self.chunk.arrival_s[self.at])
+
+    def take(self, now: float, most: int) -> tuple[Workload, slice] | None:
+        """Up to `most` requests of the chunk that have arrived by `now`: the
+        chunk and their slice of it (None: none has)."""
+        c = self.chunk
+        if c is None or most <= 0 or c.arrival_s[self.at] > now:
+            return None
+        end = min(int(np.searchsorted(c.arrival_s, now, side="right")), self.at + most)
+        taken = slice(self.at, end)
+        self.number += end - self.at
+        self.at = end
+        if end == len(c):
+            self._next_chunk()
+        return c, taken
 
 
 class EngineState:
-    """The scheduler's state: per request its tokens in the cache, its output
-    tokens so far and its KV blocks; the waiting queue and the running list."""
+    """The scheduler's state: the waiting queue and the running list of the
+    requests in the engine, and per request (in a slot, reused once it
+    finishes) its lengths, tokens in the cache, output tokens so far and KV
+    blocks. Requests join the waiting queue as they arrive, at most `window`
+    of them at a time (the rest wait in the stream, not drawn yet): no step
+    admits more than max_num_seqs, so first come first served runs as with
+    every one queued, in memory bounded by the engine, not the run."""
 
-    def __init__(self, work: Workload, limits: EngineLimits, costs: StepCosts):
-        n = len(work)
-        self.work, self.limits, self.costs = work, limits, costs
-        self.prompt = work.input_len.astype(np.int64)
-        self.output = work.output_len.astype(np.int64)
-        self.computed = np.zeros(n, np.int64)
-        self.generated = np.zeros(n, np.int64)
-        self.held = np.zeros(n, np.int64)
-        self.admitted_once = np.zeros(n, bool)
-        self.last_token = np.zeros(n)
+    _INTS = ("number", "prompt", "output", "computed", "generated", "held", "admitted", "group",
+             "prefix", "stage")  # fmt: skip
+    _FLOATS = ("arrival", "first_token", "last_token")
+
+    def __init__(self, chunks, limits: EngineLimits, costs: StepCosts, timings: Timings):
+        self.limits, self.costs, self.timings = limits, costs, timings
+        self.arrivals = _Arrivals(chunks)
+        self.window = max(1024, 4 * limits.max_num_seqs)
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.free = limits.kv_blocks
         self.schedule = limits.scheduling.schedule  # the policy, looked up once
-        self.group, self.prefix = work.group, work.prefix_len
+        self.spare: list[int] = []  # slots free for the next arrivals
+        for name in self._INTS + self._FLOATS:
+            setattr(self, name, np.zeros(0, np.int64 if name in self._INTS else float))
+        self.shares_prefixes = False  # a shared-prefix dataset's requests
         self.prefixes_cached: set[int] = set()  # groups whose shared prompt is computed
-        self.now, self.done = 0.0, 0
-        self.timings = Timings(np.full(n, np.nan), np.full(n, np.nan))
+        self.now = 0.0
 
     def blocks_for(self, tokens) -> int:
         return -(-tokens // self.limits.block_size)
 
-    def run(self) -> Timings:
-        work, n, arrived = self.work, len(self.work), 0
-        while self.done < n:
-            while arrived < n and work.arrival_s[arrived] <= self.now:
-                self.waiting.append(arrived)
-                arrived += 1
+    def run(self) -> None:
+        while True:
+            self._arrive()
             if not self.running and not self.waiting:
-                self.now = float(work.arrival_s[arrived])
+                following = self.arrivals.next_s()
+                if math.isinf(following):
+                    return
+                self.now = following
                 continue
-            following = float(work.arrival_s[arrived]) if arrived < n else math.inf
-            if not self.waiting and self._decoding_only() and self._fast_forward(following):
+            ahead = self.arrivals.next_s
+            if not self.waiting and self._decoding_only() and self._fast_forward(ahead()):
                 continue
             scheduled = self.schedule(self)
             if not scheduled:
                 raise DlperfError("dlperf's simulated engine stalled: nothing could be scheduled")
             self._step(scheduled)
-        return self.timings
+
+    # -- arrivals ----------------------------------------------------------------
+
+    def _arrive(self) -> None:
+        """The requests that have arrived by now join the waiting queue, up to its window."""
+        while (got := self.arrivals.take(self.now, self.window - len(self.waiting))) is not None:
+            chunk, taken = got
+            first = self.arrivals.number - (taken.stop - taken.start)
+            slots = self._slots(taken.stop - taken.start)
+            self.number[slots] = np.arange(first, self.arrivals.number)
+            self.arrival[slots] = chunk.arrival_s[taken]
+            self.prompt[slots] = chunk.input_len[taken]
+            self.output[slots] = chunk.output_len[taken]
+            for name in ("computed", "generated", "held", "admitted", "last_token"):
+                getattr(self, name)[slots] = 0
+            self.first_token[slots] = np.nan
+            if chunk.prefix_len is not None:
+                self.shares_prefixes = True
+                self.group[slots], self.prefix[slots] = chunk.group[taken], chunk.prefix_len[taken]
+            self.stage[slots] = -1 if chunk.stage is None else chunk.stage[taken]
+            self.waiting.extend(slots.tolist())
+
+    def _slots(self, n: int) -> np.ndarray:
+        """`n` free slots (the arrays grown, doubling, when too few are spare)."""
+        if len(self.spare) < n:
+            size = len(self.prompt)
+            grown = max(2 * size, size + n - len(self.spare), 64)
+            for name in self._INTS + self._FLOATS:
+                old = getattr(self, name)
+                new = np.zeros(grown, old.dtype)
+                new[:size] = old
+                setattr(self, name, new)
+            self.spare.extend(range(grown - 1, size - 1, -1))
+        taken = self.spare[-n:]
+        del self.spare[-n:]
+        return np.array(taken[::-1], np.int64)
 
     # -- scheduling -------------------------------------------------------------
 
@@ -282,7 +308,7 @@ class EngineState:
         limits, out = self.limits, []
         while self.waiting and budget > 0 and len(self.running) < limits.max_num_seqs:
             r = self.waiting[0]
-            if not self.admitted_once[r]:
+            if not self.admitted[r]:
                 self.computed[r] = self._cached_at_admission(r)
             remaining = int(self.prompt[r] + self.generated[r] - self.computed[r])
             if whole and remaining > budget:
@@ -292,7 +318,7 @@ class EngineState:
             if need > self.free:
                 break
             self.waiting.popleft()
-            self.admitted_once[r] = True
+            self.admitted[r] = 1
             self._allocate(r, need)
             self.running.append(r)
             out.append((r, new))
@@ -304,7 +330,7 @@ class EngineState:
         whole blocks, one token at least left to compute (module docstring)."""
         limits = self.limits
         hit = int(self.prompt[r] * limits.prefix_cache_hit_rate)
-        if self.prefix is not None and int(self.group[r]) in self.prefixes_cached:
+        if self.shares_prefixes and int(self.group[r]) in self.prefixes_cached:
             hit = max(hit, int(self.prefix[r]))
         return min(hit // limits.block_size * limits.block_size, int(self.prompt[r]) - 1)
 
@@ -325,7 +351,7 @@ class EngineState:
             self.computed[r] += new
             if self.computed[r] == self.prompt[r] + self.generated[r]:
                 emitted.append(r)
-            if self.prefix is not None and self.computed[r] >= self.prefix[r]:
+            if self.shares_prefixes and self.computed[r] >= self.prefix[r]:
                 self.prefixes_cached.add(int(self.group[r]))
         if emitted:
             self._emit(np.array(emitted, np.int64))
@@ -340,20 +366,28 @@ class EngineState:
         """Each of `ids` emits one token now; the ones at their last finish."""
         started = self.generated[ids] > 0
         self.timings.itl.add(self.now - self.last_token[ids[started]])
-        self.timings.first_token_s[ids[~started]] = self.now
+        self.first_token[ids[~started]] = self.now
         self.last_token[ids] = self.now
         self.generated[ids] += 1
         self._finish(ids[self.generated[ids] >= self.output[ids]])
 
     def _finish(self, ended: np.ndarray) -> None:
+        """`ended` finished now: their latencies recorded, their blocks and slots freed."""
         if not len(ended):
             return
-        self.timings.finish_s[ended] = self.now
-        self.done += len(ended)
+        t = self.timings
+        if t.finish_s is not None:
+            t.first_token_s[self.number[ended]] = self.first_token[ended]
+            t.finish_s[self.number[ended]] = self.now
+        if t.latencies is not None:
+            stage = self.stage[ended] if t.latencies.stages else None
+            t.latencies.add(self.arrival[ended], self.first_token[ended], self.now,
+                            self.prompt[ended], self.output[ended], stage)  # fmt: skip
         gone = set(ended.tolist())
         self.running = [r for r in self.running if r not in gone]
         self.free += int(self.held[ended].sum())
         self.held[ended] = 0
+        self.spare.extend(gone)
 
     # -- many decode steps at once ---------------------------------------------------
 
@@ -398,8 +432,7 @@ class EngineState:
         return True
 
 
-def _check_fits(tokens: np.ndarray, limits: EngineLimits) -> None:
-    longest = int(tokens.max())
+def _check_fits(longest: int, limits: EngineLimits) -> None:
     blocks = math.ceil(longest / limits.block_size)
     if blocks > limits.kv_blocks:
         raise DlperfError(

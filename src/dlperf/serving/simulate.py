@@ -22,10 +22,11 @@ from ..jsonable import Jsonable, fields_dict
 from ..run import Session, run_config
 from ..run_config import RunConfig
 from .deployment import deploy
+from .latencies import Latencies
 from .memory import default_max_num_seqs
 from .scheduler import EngineLimits, Timings, run_engine, scheduling_policy
 from .step_costs import StepCosts
-from .workload import Workload, parse_stages, requests, stage_counts
+from .workload import parse_stages, requests, stage_counts
 
 PERCENTILES = (50, 90, 99)
 # benchmark_serving's random dataset (its prompt count: workload.DEFAULT_PROMPTS)
@@ -77,14 +78,6 @@ def parse_slo(text: str) -> Slo:
     return Slo(**found)
 
 
-def _stats(values: np.ndarray) -> dict:
-    if len(values) == 0:
-        return {"mean": None, "median": None, **{f"p{q}": None for q in PERCENTILES}}
-    out = {"mean": float(np.mean(values)), "median": float(np.median(values))}
-    out.update({f"p{q}": float(np.percentile(values, q)) for q in PERCENTILES})
-    return out
-
-
 @dataclass
 class SimulationReport:
     """A serving benchmark on the deployment; latencies in seconds."""
@@ -129,49 +122,33 @@ class SimulationReport:
         return fields_dict(self, last=("slo",)) | {"request_rate": rate}
 
 
-def _latencies(work: Workload, timings: Timings, chosen=slice(None)) -> tuple:
-    """(ttft, tpot, e2e) of the `chosen` requests; tpot over those of more than one token."""
-    ttft = (timings.first_token_s - work.arrival_s)[chosen]
-    e2e = (timings.finish_s - work.arrival_s)[chosen]
-    out = work.output_len[chosen]
-    many = out > 1
-    return ttft, (e2e[many] - ttft[many]) / (out[many] - 1), e2e
-
-
-def _fill(report: SimulationReport, work: Workload, timings: Timings, slo: Slo | None) -> None:
-    ttft, tpot, e2e = _latencies(work, timings)
-    out = work.output_len
-    many = out > 1
-    duration = float(np.max(timings.finish_s) - work.arrival_s[0])
-    report.completed = len(work)
+def _fill(report: SimulationReport, done: Latencies, timings: Timings) -> None:
+    duration = done.last_finish_s - done.first_arrival_s
+    report.completed = done.count
     report.duration_s = duration
-    report.request_throughput = len(work) / duration
-    report.input_throughput = float(work.input_len.sum()) / duration
-    report.output_throughput = float(out.sum()) / duration
+    report.request_throughput = done.count / duration
+    report.input_throughput = done.input_tokens / duration
+    report.output_throughput = done.output_tokens / duration
     report.total_token_throughput = report.input_throughput + report.output_throughput
-    report.ttft, report.tpot, report.e2e = _stats(ttft), _stats(tpot), _stats(e2e)
+    report.ttft, report.tpot, report.e2e = (
+        m.stats(PERCENTILES) for m in (done.ttft, done.tpot, done.e2e)
+    )
     report.itl = timings.itl.stats(PERCENTILES)
     report.steps, report.preemptions = timings.steps, timings.preemptions
     report.mean_batch = timings.batch_total / timings.steps if timings.steps else 0.0
-    if slo is not None:
-        per_token = np.zeros(len(work))
-        per_token[many] = tpot
-        met = slo.met(ttft, per_token, e2e)
-        report.slo, report.slo_attainment = slo, float(met.mean())
-        report.goodput = float(met.sum()) / duration
+    if done.slo is not None:
+        report.slo, report.slo_attainment = done.slo, done.met / done.count
+        report.goodput = done.met / duration
 
 
-def _stage_reports(work: Workload, timings: Timings, stages: list) -> list[dict]:
+def _stage_reports(done: Latencies, stages: list) -> list[dict]:
     """Each stage's requests (those it sent): their latencies, as the whole run's."""
     out = []
-    for i, (rate, seconds) in enumerate(stages):
-        chosen = work.stage == i
-        ttft, tpot, e2e = _latencies(work, timings, chosen)
+    for i, ((rate, seconds), part) in enumerate(zip(stages, done.stages, strict=True)):
         out.append({
-            "stage": i, "request_rate": rate, "duration_s": seconds,
-            "num_prompts": int(chosen.sum()),
-            "output_len_mean": float(work.output_len[chosen].mean()),
-            "ttft": _stats(ttft), "tpot": _stats(tpot), "e2e": _stats(e2e),
+            "stage": i, "request_rate": rate, "duration_s": seconds, "num_prompts": part.count,
+            "output_len_mean": part.output_tokens / part.count,
+            **{name: getattr(part, name).stats(PERCENTILES) for name in ("ttft", "tpot", "e2e")},
         })  # fmt: skip
     return out
 
@@ -218,17 +195,16 @@ class Simulator:
         self.stages = parse_stages(serving.stages) if serving.stages else None
         # a bad dataset fails before tracing
         self.requests = requests(self.dataset, _prompts(serving, self.stages), serving.seed)
-        self.num_prompts = len(self.requests.input_len)
+        self.num_prompts = self.requests.count
         self.timed = self.requests.given_arrival_s is not None
         if self.timed:
             _check_timed(self.dataset, serving)
         # vLLM's engine: its own all-reduce kernel where NVLink connects the GPUs
         self.d = deploy(model, config, session, custom_all_reduce=True)
         self.max_num_seqs = serving.max_num_seqs or default_max_num_seqs(self.d.spec)
-        sample = self.requests
-        longest = int((sample.input_len + sample.output_len).max())
+        longest = self.requests.longest
         self.d.check_request(longest)
-        timeline = self.d.timeline(int(sample.input_len.max()), int(sample.output_len.max()))
+        timeline = self.d.timeline(self.requests.longest_input, self.requests.longest_output)
         # one sequence traced stands for a step's tokens: no longer than the model's positions
         positions = self.d.context_tokens or self.d.max_num_batched_tokens
         traced = min(self.d.max_num_batched_tokens, positions)
@@ -246,28 +222,28 @@ class Simulator:
         self.costs = StepCosts(timeline, self.max_num_seqs, traced, longest - 2)
 
     def run(self, request_rate: float, slo: Slo | None = None) -> SimulationReport:
-        work = self.requests.arriving(request_rate)
-        timings = run_engine(work, self.limits, self.costs)
+        done = Latencies(slo)
+        timings = run_engine(self.requests.arriving(request_rate), self.limits, self.costs, done)
         report = self._report(request_rate)
-        _fill(report, work, timings, slo)
+        _fill(report, done, timings)
         return report
 
     def run_stages(self, slo: Slo | None = None) -> SimulationReport:
         """The staged load (`--stages`): the whole run's figures, and each stage's."""
-        work = self.requests.staged(self.stages)
-        timings = run_engine(work, self.limits, self.costs)
+        done = Latencies(slo, stages=len(self.stages))
+        timings = run_engine(self.requests.staged(self.stages), self.limits, self.costs, done)
         seconds = sum(duration for _, duration in self.stages)
-        report = self._report(len(work) / seconds)
-        _fill(report, work, timings, slo)
-        report.stages = _stage_reports(work, timings, self.stages)
+        report = self._report(self.num_prompts / seconds)
+        _fill(report, done, timings)
+        report.stages = _stage_reports(done, self.stages)
         return report
 
     def sustainable_rate(self, most: int = SUSTAINABLE_PROMPTS) -> float:
         """Requests per second the engine completes with its queue never empty:
         the first `most` requests sent at once, completed over the time they take."""
-        burst = self.requests.subset(most).arriving(math.inf)
-        timings = run_engine(burst, self.limits, self.costs)
-        return len(burst) / float(np.max(timings.finish_s))
+        done = Latencies()
+        run_engine(self.requests.subset(most).arriving(math.inf), self.limits, self.costs, done)
+        return done.count / done.last_finish_s
 
     def _report(self, request_rate: float) -> SimulationReport:
         d = self.d

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -88,87 +89,179 @@ def stage_counts(stages: list[tuple[float, float]]) -> list[int]:
     return [int(rate * seconds) for rate, seconds in stages]
 
 
+# Requests drawn and simulated at a time: a run's memory is bounded by a chunk (and
+# the requests waiting in the engine), not by how many it sends.
+CHUNK = 2**16
+
+
 @dataclass(frozen=True)
 class Requests:
-    """A dataset's requests, drawn once: their lengths (and any arrival times
-    the file gives), and the random stream's state from which their arrivals
-    at a rate are drawn next, so every rate sees the same requests."""
+    """A dataset's `count` requests, drawn chunk by chunk (`CHUNK`) whenever
+    they are sent, the same each time: their lengths from `seed`, their
+    arrivals at a rate from the random stream's state after every length
+    (`arrival_state`), so every rate sees the same requests. `longest_*`:
+    the longest prompt, output and request of all of them. A file of
+    timestamps holds its requests (the file does), sorted by arrival."""
 
     dataset: str
-    input_len: np.ndarray
-    output_len: np.ndarray
-    given_arrival_s: np.ndarray | None
-    rng_state: dict
-    group: np.ndarray | None = None
-    prefix_len: np.ndarray | None = None
+    count: int
+    seed: int
+    draw: Callable  # (start, n, rng) -> (inputs, outputs, groups or None, prefixes or None)
+    drawn: int  # requests whose chunks the draws follow (a subset sends the first `count`)
+    arrival_state: dict
+    longest_input: int
+    longest_output: int
+    longest: int
+    given_arrival_s: np.ndarray | None = None
 
-    def arriving(self, request_rate: float = math.inf) -> Workload:
+    def lengths(self):
+        """The requests' lengths, chunk by chunk: (inputs, outputs, groups, prefixes)."""
+        rng = np.random.default_rng(self.seed)
+        for start in range(0, self.drawn, CHUNK):
+            if start >= self.count:
+                return
+            drawn = self.draw(start, min(CHUNK, self.drawn - start), rng)
+            keep = self.count - start
+            yield tuple(None if v is None else v[:keep] for v in drawn)
+
+    def arriving(self, request_rate: float = math.inf) -> Stream:
         """The requests arriving at `request_rate` per second, in arrival order."""
         if not request_rate > 0:
             raise DlperfError(f"--request-rate must be positive (or inf), not {request_rate!r}")
-        n = len(self.input_len)
         if self.given_arrival_s is not None:
-            arrivals = self.given_arrival_s
+            arrivals = _Given(self.given_arrival_s)
         elif math.isinf(request_rate):
-            arrivals = np.zeros(n)
+            arrivals = _AtOnce()
         else:
-            rng = np.random.default_rng()
-            rng.bit_generator.state = self.rng_state
-            arrivals = np.cumsum(rng.exponential(1.0 / request_rate, n))
-            arrivals -= arrivals[0]  # the first request starts the run
-        return self._in_order(arrivals)
+            arrivals = _Poisson(request_rate, self._arrival_rng())
+        return Stream(self, arrivals)
+
+    def staged(self, stages: list[tuple[float, float]]) -> Stream:
+        """The requests sent in `stages` (module docstring), in arrival order."""
+        counts = stage_counts(stages)
+        if sum(counts) != self.count:
+            raise DlperfError(f"the stages send {sum(counts)} requests, not {self.count}")
+        return Stream(self, _Staged(stages, counts, self._arrival_rng()))
 
     def subset(self, most: int) -> Requests:
         """The first `most` requests, without the file's arrival times (their
         arrivals are drawn at whatever rate is asked)."""
+        return replace(self, count=min(most, self.count), given_arrival_s=None)
 
-        def first(values):
-            return None if values is None else values[:most]
-
-        return Requests(self.dataset, self.input_len[:most], self.output_len[:most], None,
-                        self.rng_state, first(self.group), first(self.prefix_len))  # fmt: skip
-
-    def staged(self, stages: list[tuple[float, float]]) -> Workload:
-        """The requests sent in `stages` (module docstring), in arrival order."""
-        counts = stage_counts(stages)
-        if sum(counts) != len(self.input_len):
-            raise DlperfError(f"the stages send {sum(counts)} requests, not {len(self.input_len)}")
+    def _arrival_rng(self):
         rng = np.random.default_rng()
-        rng.bit_generator.state = self.rng_state
-        arrivals, stage, start = [], [], 0.0
-        for i, ((rate, seconds), n) in enumerate(zip(stages, counts, strict=True)):
-            gaps = rng.exponential(1.0 / rate, n)
-            arrivals.append(start + np.cumsum(gaps) * (seconds / gaps.sum()))
-            stage.append(np.full(n, i))
-            start += seconds
-        return self._in_order(np.concatenate(arrivals), np.concatenate(stage))
+        rng.bit_generator.state = self.arrival_state
+        return rng
 
-    def _in_order(self, arrivals: np.ndarray, stage: np.ndarray | None = None) -> Workload:
-        order = np.argsort(arrivals, kind="stable")
 
-        def sorted_(values):
-            return None if values is None else values[order]
+@dataclass(frozen=True)
+class Stream:
+    """`requests` arriving as `arrivals` draws them: `Workload` chunks in
+    arrival order, drawn as the simulation consumes them."""
 
-        return Workload(
-            arrivals[order], self.input_len[order], self.output_len[order], self.dataset,
-            sorted_(self.group), sorted_(self.prefix_len), sorted_(stage),
-        )  # fmt: skip
+    requests: Requests
+    arrivals: object  # a fresh `_Poisson`, `_AtOnce`, `_Given` or `_Staged`
+
+    def __len__(self) -> int:
+        return self.requests.count
+
+    @property
+    def longest(self) -> int:
+        return self.requests.longest
+
+    def __iter__(self):
+        r = self.requests
+        for inputs, outputs, group, prefix in r.lengths():
+            arrival_s, stage = self.arrivals.take(len(inputs))
+            yield Workload(arrival_s, inputs, outputs, r.dataset, group, prefix, stage)
+
+
+class _AtOnce:
+    def take(self, n: int):
+        return np.zeros(n), None
+
+
+class _Given:
+    """A file's timestamps, sorted."""
+
+    def __init__(self, times: np.ndarray):
+        self.times, self.sent = times, 0
+
+    def take(self, n: int):
+        self.sent += n
+        return self.times[self.sent - n : self.sent], None
+
+
+class _Poisson:
+    """Exponential gaps at `rate`; the first request starts the run."""
+
+    def __init__(self, rate: float, rng):
+        self.rate, self.rng = rate, rng
+        self.first, self.last = None, 0.0
+
+    def take(self, n: int):
+        times = self.last + np.cumsum(self.rng.exponential(1.0 / self.rate, n))
+        if self.first is None:
+            self.first = times[0]
+        self.last = times[-1]
+        return times - self.first, None
+
+
+class _Staged:
+    """Each stage's exponential gaps, rescaled to fill it: their sum is drawn
+    once ahead (the stream's state saved and restored), so a stage of any
+    size is sent chunk by chunk."""
+
+    def __init__(self, stages, counts, rng):
+        self.stages, self.counts, self.rng = stages, counts, rng
+        self.stage, self.left, self.start = -1, 0, 0.0
+        self.scale = self.drawn = 0.0
+
+    def _next_stage(self) -> None:
+        if self.stage >= 0:
+            self.start += self.stages[self.stage][1]
+        self.stage += 1
+        rate, seconds = self.stages[self.stage]
+        self.left = n = self.counts[self.stage]
+        state = self.rng.bit_generator.state
+        total = sum(float(self.rng.exponential(1.0 / rate, min(CHUNK, n - k)).sum())
+                    for k in range(0, n, CHUNK))  # fmt: skip
+        self.rng.bit_generator.state = state
+        self.scale, self.drawn = seconds / total, 0.0
+
+    def take(self, n: int):
+        times, stage = [], []
+        while n:
+            while not self.left:
+                self._next_stage()
+            k = min(n, self.left)
+            gaps = self.rng.exponential(1.0 / self.stages[self.stage][0], k)
+            times.append(self.start + (self.drawn + np.cumsum(gaps)) * self.scale)
+            stage.append(np.full(k, self.stage))
+            self.drawn += float(gaps.sum())
+            self.left -= k
+            n -= k
+        return np.concatenate(times), np.concatenate(stage)
 
 
 def requests(dataset: str, num_prompts: int | None = None, seed: int = 0) -> Requests:
     """`num_prompts` requests of `dataset`, their lengths drawn with `seed`;
-    None: every request of a file of timestamps, else DEFAULT_PROMPTS."""
+    None: every request of a file of timestamps, else DEFAULT_PROMPTS. One
+    pass over their lengths finds the longest and the arrivals' stream."""
     if num_prompts is not None and (
         isinstance(num_prompts, bool) or not isinstance(num_prompts, int) or num_prompts <= 0
     ):
         raise DlperfError(f"--num-prompts must be a positive whole number, not {num_prompts!r}")
-    rng = np.random.default_rng(seed)
     if dataset.startswith("shared-prefix:"):
-        n = num_prompts or DEFAULT_PROMPTS
-        inputs, outputs, group, prefix = _shared_prefix(dataset, n, rng)
-        return Requests(dataset, inputs, outputs, None, rng.bit_generator.state, group, prefix)
-    inputs, outputs, given = _lengths(dataset, num_prompts, rng)
-    return Requests(dataset, inputs, outputs, given, rng.bit_generator.state)
+        count, draw, given = num_prompts or DEFAULT_PROMPTS, _shared_prefix(dataset), None
+    else:
+        count, draw, given = _source(dataset, num_prompts)
+    rng, longest = np.random.default_rng(seed), [0, 0, 0]
+    for start in range(0, count, CHUNK):  # as `Requests.lengths` draws them
+        inputs, outputs, _, _ = draw(start, min(CHUNK, count - start), rng)
+        longest = [max(longest[0], int(inputs.max())), max(longest[1], int(outputs.max())),
+                   max(longest[2], int((inputs + outputs).max()))]  # fmt: skip
+    return Requests(dataset, count, seed, draw, count, rng.bit_generator.state, *longest, given)
 
 
 def workload(
@@ -177,20 +270,38 @@ def workload(
     request_rate: float = math.inf,
     seed: int = 0,
 ) -> Workload:
-    """`num_prompts` requests of `dataset` arriving at `request_rate` per second."""
-    return requests(dataset, num_prompts, seed).arriving(request_rate)
+    """`num_prompts` requests of `dataset` arriving at `request_rate` per
+    second, held whole (a test's or a small run's)."""
+    return gathered(requests(dataset, num_prompts, seed).arriving(request_rate))
 
 
-def _lengths(dataset: str, n: int | None, rng):
-    """(input lengths, output lengths, arrival times or None) of n requests
-    (None: a JSONL file's timed requests, else DEFAULT_PROMPTS)."""
+def gathered(stream) -> Workload:
+    """A stream's chunks joined into one `Workload`."""
+    chunks = list(stream)
+
+    def joined(name):
+        parts = [getattr(c, name) for c in chunks]
+        return None if parts[0] is None else np.concatenate(parts)
+
+    return Workload(*(joined(n) for n in ("arrival_s", "input_len", "output_len")),
+                    chunks[0].dataset, joined("group"), joined("prefix_len"),
+                    joined("stage"))  # fmt: skip
+
+
+def _source(dataset: str, n: int | None):
+    """(requests sent, their draw, a file's sorted arrival times or None) for
+    n requests (None: a JSONL file's timed requests, else DEFAULT_PROMPTS)."""
     path = Path(dataset)
     if path.suffix == ".jsonl":
         return _jsonl(path, n)
     n = n or DEFAULT_PROMPTS
     if dataset.startswith("random:"):
         i, o, spread = _random_spec(dataset)
-        return _uniform(i, spread, n, rng), _uniform(o, spread, n, rng), None
+
+        def draw(start, k, rng):
+            return _uniform(i, spread, k, rng), _uniform(o, spread, k, rng), None, None
+
+        return n, draw, None
     if dataset == "sharegpt":
         raise DlperfError(
             "dlperf ships no ShareGPT lengths (they need the dataset and your model's "
@@ -198,7 +309,7 @@ def _lengths(dataset: str, n: int | None, rng):
             "per line, and pass --dataset FILE.jsonl"
         )
     if path.suffix == ".json":
-        return _histogram(path, n, rng)
+        return n, _histogram(path), None
     raise DlperfError(
         f"unknown --dataset {dataset!r}; give random:in=I,out=O[,range=F], "
         "shared-prefix:system=S,question=Q,output=O,groups=G,users=U, FILE.jsonl (lengths "
@@ -209,10 +320,10 @@ def _lengths(dataset: str, n: int | None, rng):
 SHARED_PREFIX_KEYS = ("system", "question", "output", "groups", "users", "extra")
 
 
-def _shared_prefix(text: str, n: int, rng):
-    """(input lengths, output lengths, groups, shared prefix lengths) of n
-    requests of inference-perf's shared-prefix data: each from a user drawn
-    uniformly among groups x users, its group's system prompt first."""
+def _shared_prefix(text: str):
+    """The draw of inference-perf's shared-prefix requests: (input lengths,
+    output lengths, groups, shared prefix lengths), each request from a user
+    drawn uniformly among groups x users, its group's system prompt first."""
     usage = (f"--dataset {text!r}: expected shared-prefix:system=S,question=Q,output=O,"
              "groups=G,users=U[,extra=E] (whole numbers; extra may be 0)")  # fmt: skip
     fields = {}
@@ -226,18 +337,20 @@ def _shared_prefix(text: str, n: int, rng):
         except ValueError:
             raise DlperfError(f"{usage}, not {part!r}") from None
     fields.setdefault("extra", 0)
-    if set(fields) != set(SHARED_PREFIX_KEYS) or fields["extra"] < 0 or any(
-        fields[k] <= 0 for k in SHARED_PREFIX_KEYS if k != "extra"
+    if (
+        set(fields) != set(SHARED_PREFIX_KEYS)
+        or fields["extra"] < 0
+        or any(fields[k] <= 0 for k in SHARED_PREFIX_KEYS if k != "extra")
     ):
         raise DlperfError(usage)
-    users = rng.integers(0, fields["groups"] * fields["users"], n)
     prompt = fields["system"] + fields["question"] + fields["extra"]
-    return (
-        np.full(n, prompt),
-        np.full(n, fields["output"]),
-        users // fields["users"],
-        np.full(n, fields["system"]),
-    )
+
+    def draw(start, n, rng):
+        users = rng.integers(0, fields["groups"] * fields["users"], n)
+        return (np.full(n, prompt), np.full(n, fields["output"]), users // fields["users"],
+                np.full(n, fields["system"]))  # fmt: skip
+
+    return draw
 
 
 def _random_spec(text: str) -> tuple[int, int, float]:
@@ -267,8 +380,8 @@ def _uniform(mean: int, spread: float, n: int, rng) -> np.ndarray:
 
 
 def _jsonl(path: Path, n: int | None):
-    """A file of timestamps (arrival_s on every line) sends its requests, the
-    first n of them where n is given; lengths alone are cycled to n."""
+    """A file of timestamps (arrival_s on every line) sends its requests (the
+    first n where n is given) in arrival order; lengths alone are cycled to n."""
     rows, numbers = [], []
     try:
         with path.open() as f:
@@ -296,12 +409,23 @@ def _jsonl(path: Path, n: int | None):
             )
         n = n or len(rows)
     n = n or DEFAULT_PROMPTS
-    picked = [rows[k % len(rows)] for k in range(n)]  # cycled, as the file orders them
-    inputs = np.array([r[0] for r in picked])
-    outputs = np.array([r[1] for r in picked])
-    if untimed:
-        return inputs, outputs, None
-    return inputs, outputs, np.array([r[2] for r in picked], dtype=float)
+    inputs = np.array([r[0] for r in rows])
+    outputs = np.array([r[1] for r in rows])
+    if untimed:  # cycled, as the file orders them
+
+        def draw(start, k, rng):
+            picked = np.arange(start, start + k) % len(rows)
+            return inputs[picked], outputs[picked], None, None
+
+        return n, draw, None
+    arrivals = np.array([r[2] for r in rows[:n]], dtype=float)
+    order = np.argsort(arrivals, kind="stable")
+    inputs, outputs = inputs[:n][order], outputs[:n][order]
+
+    def timed(start, k, rng):
+        return inputs[start : start + k], outputs[start : start + k], None, None
+
+    return n, timed, arrivals[order]
 
 
 def _json_line(line: str, path: Path, number: int):
@@ -328,7 +452,7 @@ def _request(doc, path: Path, number: int):
     return found[0], found[1], arrival
 
 
-def _histogram(path: Path, n: int, rng):
+def _histogram(path: Path):
     try:
         doc = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError) as err:
@@ -337,14 +461,16 @@ def _histogram(path: Path, n: int, rng):
         raise DlperfError(f"--dataset {path} is not JSON ({err.msg}, line {err.lineno})") from None
     if not isinstance(doc, dict):
         raise DlperfError(f"--dataset {path}: expected an object with input_len and output_len")
-    return (
-        _draw(doc.get("input_len"), path, "input_len", n, rng),
-        _draw(doc.get("output_len"), path, "output_len", n, rng),
-        None,
-    )
+    bins = [_bins(doc.get(name), path, name) for name in ("input_len", "output_len")]
+
+    def draw(start, n, rng):
+        return _draw(*bins[0], n, rng), _draw(*bins[1], n, rng), None, None
+
+    return draw
 
 
-def _draw(hist, path: Path, name: str, n: int, rng) -> np.ndarray:
+def _bins(hist, path: Path, name: str):
+    """A histogram's (edges, probabilities), refused in one line when malformed."""
     bad = DlperfError(
         f'--dataset {path}: {name} must be {{"bins": [n+1 increasing edges], "counts": '
         "[n counts >= 0, not all 0]}"
@@ -366,5 +492,9 @@ def _draw(hist, path: Path, name: str, n: int, rng) -> np.ndarray:
         or counts.sum() <= 0
     ):
         raise bad
-    bins = rng.choice(len(counts), size=n, p=counts / counts.sum())
+    return edges, counts / counts.sum()
+
+
+def _draw(edges: np.ndarray, p: np.ndarray, n: int, rng) -> np.ndarray:
+    bins = rng.choice(len(p), size=n, p=p)
     return np.floor(rng.uniform(edges[bins], edges[bins + 1])).astype(int)

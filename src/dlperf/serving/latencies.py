@@ -1,0 +1,119 @@
+"""A simulated run's latencies, gathered as its requests finish, in memory
+that does not grow with the run.
+
+`Samples` holds one metric's values (the gaps between tokens, or each
+request's TTFT): exactly up to `Samples.EXACT` of them, then as counts over
+log-spaced bins 0.5% wide (percentiles to within a bin, the mean exact).
+`Latencies` is what `benchmark_serving` reports of a run: per request its
+TTFT, TPOT (over requests of more than one token) and E2E latency, the
+tokens it read and wrote, and how many met an SLO; for a staged load each
+stage's as well.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+class Samples:
+    """One metric's values over a run (module docstring)."""
+
+    EXACT = 2**23  # 64 MiB of float64
+    BINS_PER_DECADE = 460  # 10 ** (1 / 460) = 1.005
+    LOW, DECADES = 1e-9, 14  # 1 ns .. 10^5 s
+
+    def __init__(self):
+        self.buffer: np.ndarray | None = np.empty(1024)
+        self.held = 0
+        self.counts: np.ndarray | None = None
+        self.count, self.total = 0, 0.0
+        self.low, self.high = math.inf, -math.inf
+
+    def add(self, values: np.ndarray) -> None:
+        n = len(values)
+        if not n:
+            return
+        self.count += n
+        if self.buffer is not None:  # a copy into a buffer: the simulation's hot path
+            if self.held + n <= self.EXACT:
+                if self.held + n > len(self.buffer):
+                    grown = np.empty(min(max(2 * len(self.buffer), self.held + n), self.EXACT))
+                    grown[: self.held] = self.buffer[: self.held]
+                    self.buffer = grown
+                self.buffer[self.held : self.held + n] = values
+                self.held += n
+                return
+            values = np.concatenate((self.buffer[: self.held], values))
+            self.buffer = None
+            self.counts = np.zeros(self.BINS_PER_DECADE * self.DECADES + 1, np.int64)
+        self.total += float(values.sum())
+        self.low = min(self.low, float(values.min()))
+        self.high = max(self.high, float(values.max()))
+        self.counts += np.bincount(self._bins(values), minlength=len(self.counts))
+
+    def _bins(self, values: np.ndarray) -> np.ndarray:
+        scaled = np.log10(np.maximum(values, self.LOW) / self.LOW) * self.BINS_PER_DECADE
+        return np.minimum(scaled.astype(np.int64), self.BINS_PER_DECADE * self.DECADES)
+
+    def values(self) -> np.ndarray | None:
+        """Every value, while they are held exactly (None once binned)."""
+        return None if self.buffer is None else self.buffer[: self.held]
+
+    def stats(self, percentiles) -> dict:
+        """mean, median and the percentiles (None for a run without values)."""
+        if not self.count:
+            return {"mean": None, "median": None, **{f"p{q}": None for q in percentiles}}
+        exact = self.values()
+        if exact is not None:
+            out = {"mean": float(np.mean(exact)), "median": float(np.median(exact))}
+            out.update({f"p{q}": float(np.percentile(exact, q)) for q in percentiles})
+            return out
+        cumulative = np.cumsum(self.counts)
+
+        def at(q: float) -> float:
+            i = int(np.searchsorted(cumulative, q / 100 * self.count))
+            middle = self.LOW * 10 ** ((i + 0.5) / self.BINS_PER_DECADE)
+            return float(min(max(middle, self.low), self.high))
+
+        out = {"mean": self.total / self.count, "median": at(50)}
+        out.update({f"p{q}": at(q) for q in percentiles})
+        return out
+
+
+class Latencies:
+    """The finished requests' latencies and counters (module docstring);
+    `slo` (anything with `met(ttft, tpot, e2e)`) counts those that meet it,
+    `stages` keeps each stage's figures apart."""
+
+    def __init__(self, slo=None, stages: int = 0):
+        self.slo = slo
+        self.ttft, self.tpot, self.e2e = Samples(), Samples(), Samples()
+        self.count = self.met = self.input_tokens = self.output_tokens = 0
+        self.first_arrival_s, self.last_finish_s = math.inf, -math.inf
+        self.stages = [Latencies() for _ in range(stages)]
+
+    def add(self, arrival_s, first_token_s, finish_s: float, input_len, output_len,
+            stage=None) -> None:  # fmt: skip
+        """Requests that finished at `finish_s`: each one's arrival, first
+        token and lengths (and stage, for a staged load)."""
+        if stage is not None and self.stages:
+            for i in np.unique(stage):
+                chosen = stage == i
+                self.stages[i].add(arrival_s[chosen], first_token_s[chosen], finish_s,
+                                   input_len[chosen], output_len[chosen])  # fmt: skip
+        ttft, e2e = first_token_s - arrival_s, finish_s - arrival_s
+        many = output_len > 1
+        tpot = np.zeros(len(ttft))
+        tpot[many] = (e2e[many] - ttft[many]) / (output_len[many] - 1)
+        self.ttft.add(ttft)
+        self.tpot.add(tpot[many])
+        self.e2e.add(e2e)
+        self.count += len(ttft)
+        self.input_tokens += int(input_len.sum())
+        self.output_tokens += int(output_len.sum())
+        self.first_arrival_s = min(self.first_arrival_s, float(arrival_s.min()))
+        self.last_finish_s = max(self.last_finish_s, finish_s)
+        if self.slo is not None:
+            self.met += int(self.slo.met(ttft, tpot, e2e).sum())
