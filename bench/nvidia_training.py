@@ -36,9 +36,9 @@ How each published field becomes a dlperf option:
   or `cuda_graphs: true`; `checkpoint none` unless the
   recipe recomputes: `recompute_modules: [core_attn]` alone is dlperf's
   `selective`; any other module list, a block recompute of the first K
-  layers (`recompute_num_layers`) and CPU activation offloading
-  (`cpu_offloading_num_layers`) have no dlperf option: the row is priced
-  without them and its remark says so (memory then overcounts them).
+  layers (`recompute_num_layers`) have no dlperf option: the row is priced
+  without them and its remark says so (memory then overcounts them). CPU
+  activation offloading (`cpu_offloading_num_layers`) is `offload_layers`.
 
 A row dlperf cannot say (no architecture in the data, a precision it has
 not, a model its tracer refuses) is listed as skipped with the reason and
@@ -130,9 +130,8 @@ def _step(row: dict, remarks: list[str]) -> dict:
         checkpoint = "full"
     elif settings.get("recompute_num_layers"):
         remarks.append(f"block recompute of {settings['recompute_num_layers']} layers not priced")
-    if settings.get("cpu_offloading_num_layers"):
-        remarks.append(f"CPU offload of {settings['cpu_offloading_num_layers']} layers not priced")
-    return {"cuda_graphs": graphs, "checkpoint": checkpoint}
+    offload = settings.get("cpu_offloading_num_layers") or None
+    return {"cuda_graphs": graphs, "checkpoint": checkpoint, "offload_layers": offload}
 
 
 def case_of(row: dict) -> Case:

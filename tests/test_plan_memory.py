@@ -313,3 +313,47 @@ def test_transformer_engine_kernels_save_what_megatron_saves(precision, expected
 def test_kernels_te_is_refused_for_inference():
     with pytest.raises(DlperfError, match="--kernels te is what a training step saves"):
         dlperf.memory("hf:gpt2:layers=1", kernels="te", training=False)
+
+
+def test_offloaded_blocks_keep_their_activations_in_host_memory():
+    """issue 35: Megatron-Core's activation offloading (--cpu-offloading-num-layers),
+    which NVIDIA's GB200 recipes use (70B with 40 of its 80 layers offloaded), was not
+    priced: those runs were judged not to fit. At the end of forward the first N
+    blocks' activations are in host memory."""
+    spec = dlperf.gpu("gb200-nvl72-186gb")
+    at = Layout(dp=8, tp=1, pp=1)
+    held = {n: stage_memory(_profile(offload_layers=n), spec, at, "only").activations_bytes
+            for n in (0, 3, 7)}  # fmt: skip
+    # 8 blocks of 1e8 bytes: 8, 5 and 1 of them on the GPU
+    assert [held[n] for n in (0, 3, 7)] == [8e8, 5e8, 1e8]
+
+
+def test_an_offload_copy_longer_than_a_block_shows_by_the_difference():
+    from dlperf.parallel.compute import offload_exposed_s
+
+    at = Layout(dp=8, tp=1, pp=1)
+    # 3 of 8 blocks of 1e8 bytes over a 1e10 B/s link: 10 ms each way
+    p = _profile(offload_layers=3, host_bytes_per_s=1e10)
+    # a block's forward (4 ms) hides 4 of the 10 ms out, its backward (8 ms) 8 of the
+    # 10 back: 3 x (6 + 2) = 24 ms
+    assert offload_exposed_s(p, at, 4e-3, 8e-3) == pytest.approx(24e-3)
+    assert offload_exposed_s(p, at, 20e-3, 40e-3) == 0.0  # hidden entirely
+
+
+def test_offloading_is_refused_where_megatron_refuses_it():
+    model = "hf:llama:layers=4,hidden=128,heads=4,kv_heads=2,mlp=256,vocab=1000"
+    common = dict(gpu="gb200-nvl72-186gb", gpus=4, global_batch=4, offload_layers=2)
+    for extra, message in (
+        ({"pp": 2}, "only without pipelining"),
+        ({"checkpoint": "full"}, "offloads or recomputes, not both"),
+        ({"cuda_graphs": True}, "captures no offloading step"),
+    ):
+        with pytest.raises(DlperfError, match=message):
+            dlperf.plan(model, **common, **extra)
+    with pytest.raises(DlperfError, match="give at most 3"):
+        dlperf.plan(model, **{**common, "offload_layers": 4})
+    with pytest.raises(DlperfError, match="give it to dlperf plan"):
+        dlperf.memory(model, offload_layers=2)
+    report = dlperf.plan(model, **common)
+    assert all(p.pp == 1 and p.offload_layers == 2 for p in report.plans)
+    assert report.plans[0].name.endswith("-offload:2")

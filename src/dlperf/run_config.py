@@ -106,6 +106,9 @@ class ParallelConfig:
     micro_batch: int | None = None
     global_batch: int | None = None
     reduce_dtype: str | None = None  # how sharded gradients are reduced (default fp32)
+    # blocks whose saved activations live in host memory between their forward and
+    # backward (Megatron-Core's --cpu-offloading-num-layers)
+    offload_layers: int | None = None
     node_network_bytes_per_s: float | None = None
     measured_interconnect: dict | None = field(default=None, hash=False)
 
@@ -195,6 +198,8 @@ APPLIES = {
 WHY_NOT = {
     "reduce_dtype": "is how data parallelism reduces the gradients, and one GPU's step reduces "
     "none: give it to dlperf plan, or drop it",
+    "offload_layers": "is priced by dlperf plan (Megatron-Core's activation offloading): give it "
+    "to dlperf plan, or drop it",
 }
 
 
@@ -331,6 +336,7 @@ def _check_values(config: RunConfig) -> None:
                  "max_model_len"):  # fmt: skip
         _whole(name, getattr(serving, name))
     _whole("seed", serving.seed, minimum=0)
+    _whole("offload_layers", par.offload_layers, minimum=0)
     if serving.num_prompts is not None and serving.num_prompts > MAX_PROMPTS:
         raise DlperfError(
             f"--num-prompts {serving.num_prompts:,} is more than the {MAX_PROMPTS:,} requests one "

@@ -424,6 +424,15 @@ PLAN = (
         exclusive="sequence-parallel",
         help="tp without sequence parallelism (default: searched)",
     ),
+    option(
+        "--offload-layers",
+        api="offload_layers",
+        type=whole_number,
+        metavar="N",
+        help="offload the saved activations of N blocks to host memory in forward and bring "
+        "them back for backward, the copies overlapped with compute (Megatron-Core's "
+        "--cpu-offloading-num-layers; pp 1, no recompute, no CUDA graphs)",
+    ),
     top(12, "plans"),
     option(
         "--interconnect",

@@ -11,6 +11,8 @@ sliver of a GEMM can run less efficiently).
 
 The first stage runs its blocks and the embeddings, the last its blocks,
 the head and the loss; a pipeline goes at the pace of the slower of them.
+Offloaded activations add what of their copies over the host link the
+blocks' compute does not hide (`offload_exposed_s`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .layout import Layout
-from .memory import stage_blocks
+from .memory import block_activations, stage_blocks
 from .profile import ModelProfile
 
 
@@ -28,6 +30,7 @@ class StageTimes:
     block_backward_s: float  # with its recompute
     stage_s: float  # the slowest stage, forward and backward of one micro-batch
     optimizer_s: float  # the optimizer step on one GPU's share of the states
+    offload_s: float = 0.0  # of stage_s, the activation copies to and from the host not hidden
 
 
 def _split(seconds: float, share: float, at: Layout) -> float:
@@ -43,8 +46,24 @@ def stage_times(profile: ModelProfile, at: Layout) -> StageTimes:
     pre = (profile.pre_forward_s + profile.pre_backward_s) / at.cp
     post = _split(profile.post_forward_s + profile.post_backward_s, profile.post_split_share, at)
     stage = blocks + pre + post if at.pp == 1 else blocks + max(pre, post)
+    offload = offload_exposed_s(profile, at, block_f, block_b)
     dense = profile.block_params - profile.expert_params
     outside = profile.params - profile.block_params
     held = (dense / at.pp + profile.expert_params / (at.pp * at.ep) + outside) / at.tp
     share_of_states = held / max(profile.params, 1) / (at.state_shards if at.zero else 1)
-    return StageTimes(block_f, block_b, stage, profile.optimizer_s * share_of_states)
+    optimizer = profile.optimizer_s * share_of_states
+    return StageTimes(block_f, block_b, stage + offload, optimizer, offload)
+
+
+def offload_exposed_s(profile: ModelProfile, at: Layout, forward_s: float,
+                      backward_s: float) -> float:  # fmt: skip
+    """The offloaded blocks' copies the compute does not hide, per micro-batch:
+    a block's saved activations go to the host while the next block runs its
+    forward and come back while the one after it runs its backward (Transformer
+    Engine's offload handler, on a stream of its own); a copy longer than
+    that block's compute shows by the difference."""
+    offloaded = min(profile.offload_layers, stage_blocks(profile, at))
+    if not offloaded:
+        return 0.0
+    copy = block_activations(profile, at)[0] / profile.host_bytes_per_s
+    return offloaded * (max(0.0, copy - forward_s) + max(0.0, copy - backward_s))

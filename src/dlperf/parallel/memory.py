@@ -30,7 +30,9 @@ stores it) and brings one segment's activations back at a time; selective
 recompute drops the attention cores and brings one back at a time. The
 first stage holds the schedule's in-flight micro-batches (`schedule.py`)
 and the embeddings' activations; the last stage one micro-batch and the
-head's and loss's (vocabulary-parallel: split by tp). Then the largest
+head's and loss's (vocabulary-parallel: split by tp). Blocks whose
+activations are offloaded to host memory keep none on the GPU at the peak
+(`held_blocks`). Then the largest
 backward working set of one op, and the framework: CUDA context and cuBLAS
 workspace (`hardware/specs/_framework_memory.toml`) and the caching
 allocator's reserve, the share of the activations and transient that the
@@ -174,13 +176,23 @@ def block_activations(profile: ModelProfile, at: Layout) -> tuple[float, float]:
     return whole, 0.0
 
 
+def held_blocks(profile: ModelProfile, at: Layout) -> int:
+    """Blocks of a stage whose saved activations are on the GPU at the end of
+    forward, the peak: with offloading (Megatron-Core's, through Transformer
+    Engine's offload handler: pp 1 only) the first blocks' are in host memory
+    then; each comes back once backward has freed the blocks after it."""
+    blocks = stage_blocks(profile, at)
+    offloaded = min(profile.offload_layers, blocks)
+    return blocks - offloaded
+
+
 def _stage_activations(profile: ModelProfile, at: Layout, stage: str) -> tuple[float, float]:
     """(activations, transient) of one GPU of `stage`."""
     m = at.micro_batches
     kept, working = block_activations(profile, at)
     index = 0 if stage in ("first", "only") else at.pp - 1
     in_flight = at.schedule.in_flight(at.pp, m, index)
-    acts = in_flight * stage_blocks(profile, at) * kept + working
+    acts = in_flight * held_blocks(profile, at) * kept + working
     transient = profile.block_transient_bytes / at.tp / at.cp
     if stage in ("first", "only"):
         acts += in_flight * profile.pre_activations_bytes / at.activation_split / at.cp

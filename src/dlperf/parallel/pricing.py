@@ -12,7 +12,7 @@ from ..jsonable import fields_dict, jsonable
 from .comm import Collective, collectives
 from .compute import stage_times
 from .layout import Layout
-from .memory import MemoryPerGpu, memory_per_gpu
+from .memory import MemoryPerGpu, memory_per_gpu, stage_blocks
 from .network import Interconnect
 from .profile import ModelProfile
 
@@ -39,6 +39,8 @@ class Plan:
     sharding: str = "none"
     schedule: str = "none"
     checkpoint: str = "none"
+    offload_layers: int = 0  # blocks whose activations go to host memory
+    offload_exposed_s: float = 0.0  # their copies' time the compute does not hide, a step
     sequence_parallel: bool = False
     bubble_time_s: float = 0.0
     tokens_per_s_per_gpu: float | None = None
@@ -52,7 +54,8 @@ class Plan:
     @property
     def name(self) -> str:
         base = self.layout.name if self.layout else f"dp{self.dp}-tp{self.tp}-pp{self.pp}"
-        return base if self.checkpoint == "none" else f"{base}-ckpt:{self.checkpoint}"
+        base = base if self.checkpoint == "none" else f"{base}-ckpt:{self.checkpoint}"
+        return f"{base}-offload:{self.offload_layers}" if self.offload_layers else base
 
     @property
     def gpus(self) -> int:
@@ -106,6 +109,8 @@ def price(profile: ModelProfile, spec: HardwareSpec, net: Interconnect, at: Layo
         sharding=at.sharding,
         schedule=at.schedule.name,
         checkpoint=profile.checkpoint,
+        offload_layers=min(profile.offload_layers, stage_blocks(profile, at)),
+        offload_exposed_s=m * times.offload_s,
         sequence_parallel=at.sequence_parallel,
         bubble_time_s=bubble,
         tokens_per_s_per_gpu=tokens / gpus if tokens else None,

@@ -82,6 +82,9 @@ class ModelProfile:
     # the caching allocator's reserve beyond the live tensors, as a share of the
     # activations and backward transient (`training_memory.step_peaks`)
     allocator_share: float = 0.0
+    # blocks whose saved activations are offloaded to host memory, and the link's bytes/s
+    offload_layers: int = 0
+    host_bytes_per_s: float = 0.0
     # bytes per element of the gradients sharded data parallelism reduce-scatters
     # (`Run.reduce_dtype`: fp32 by default, as FSDP2 and torchtitan)
     reduce_bytes: int = 4

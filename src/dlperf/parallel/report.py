@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field, replace
 
+from ..errors import DlperfError
 from ..jsonable import fields_dict, jsonable
 from ..precision import compute_policy
 from ..run import Run, Session
@@ -135,6 +136,35 @@ def _no_fit_note(shown: list[Plan], capacity: float, gpu: str, forced: bool) -> 
     )
 
 
+def _check_offload(run: Run, par, checkpoint: str | None) -> int:
+    """Blocks to offload (`--offload-layers`), refused in one line where
+    Megatron-Core refuses it: with pipelining, recompute or CUDA graphs."""
+    offload = par.offload_layers or 0
+    if not offload:
+        return 0
+    if par.pp not in (None, 1):
+        raise DlperfError(f"--offload-layers with --pp {par.pp}: Megatron-Core offloads "
+                          "activations only without pipelining; give --pp 1")  # fmt: skip
+    if checkpoint not in (None, "none"):
+        raise DlperfError(f"--offload-layers with --checkpoint {checkpoint}: Megatron-Core "
+                          "offloads or recomputes, not both; drop one")  # fmt: skip
+    if run.cuda_graphs:
+        raise DlperfError("--offload-layers with --cuda-graphs: Megatron-Core captures no "
+                          "offloading step in a graph; drop one")  # fmt: skip
+    if not run.spec.pcie_bandwidth_bytes_per_s:
+        raise DlperfError(f"the {run.spec.id} spec gives no host link bandwidth "
+                          "(pcie_bandwidth_bytes_per_s) to offload over")  # fmt: skip
+    return offload
+
+
+def _check_offloaded_blocks(offload: int, first: ModelProfile) -> None:
+    if offload and offload >= first.blocks:
+        raise DlperfError(
+            f"--offload-layers {offload}: Megatron-Core offloads fewer blocks than the model's "
+            f"{first.blocks}; give at most {first.blocks - 1}"
+        )
+
+
 def plan_report(run: Run, session: Session, micro_batch: int) -> PlanReport:
     """Every plan of `run` (its `config.parallel`: GPUs, batch, network, the
     dimensions given) priced and ranked (see `dlperf.plan`); a checkpoint
@@ -142,21 +172,32 @@ def plan_report(run: Run, session: Session, micro_batch: int) -> PlanReport:
     par, checkpoint = run.config.parallel, run.config.step.checkpoint
     gpus, gpus_per_node, global_batch = par.gpus, par.gpus_per_node, par.global_batch
     fixed = fixed_dimensions(par)
+    offload = _check_offload(run, par, checkpoint)
     batch = global_batch or 4 * gpus * micro_batch
     first = profile(dataclasses.replace(run, checkpoint=checkpoint or "none"), session, micro_batch)
+    _check_offloaded_blocks(offload, first)
     profiles = [
         first if policy == first.checkpoint else
         profile(dataclasses.replace(run, checkpoint=policy), session, micro_batch)
-        for policy in _policies(checkpoint, first)
+        for policy in (["none"] if offload else _policies(checkpoint, first))
     ]  # fmt: skip
+    host = run.spec.pcie_bandwidth_bytes_per_s or 0.0
+    profiles = [replace(p, offload_layers=offload, host_bytes_per_s=host) for p in profiles]
     net = _network(run, gpus, gpus_per_node, par.node_network_bytes_per_s,
                    par.measured_interconnect)  # fmt: skip
     found = layouts(first, gpus, net.gpus_per_node, batch, par, first.tokens_per_sample)
+    if offload:  # Megatron-Core offloads no pipelined run
+        found = [at for at in found if at.pp == 1]
+        if not found:
+            raise DlperfError(f"no layout of {gpus} GPUs with pp 1 runs this batch: "
+                              "--offload-layers needs pp 1")  # fmt: skip
     sharded = (
         _sharded_profiles(run, session, micro_batch, profiles)
         if any(at.zero for at in found)
         else {}
     )
+    sharded = {k: replace(v, offload_layers=offload, host_bytes_per_s=host)
+               for k, v in sharded.items()}  # fmt: skip
 
     def priced_with(p: ModelProfile, at) -> ModelProfile:
         return sharded.get(p.checkpoint, p) if at.zero else p
@@ -185,5 +226,6 @@ def plan_report(run: Run, session: Session, micro_batch: int) -> PlanReport:
         memory_bytes=float(run.spec.memory_bytes),
         searched=len(priced),
         note=note,
-        fixed={**fixed, **({"checkpoint": checkpoint} if checkpoint else {})},
+        fixed={**fixed, **({"checkpoint": checkpoint} if checkpoint else {}),
+               **({"offload_layers": offload} if offload else {})},  # fmt: skip
     )
