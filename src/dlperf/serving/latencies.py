@@ -2,7 +2,8 @@
 that does not grow with the run.
 
 `Samples` holds one metric's values (the gaps between tokens, or each
-request's TTFT): exactly up to `Samples.EXACT` of them, then as counts over
+request's TTFT): exactly up to `Samples.EXACT` of them (2^23 gaps; 2^20
+requests' latencies, `REQUESTS_EXACT`), then as counts over
 log-spaced bins 0.5% wide (percentiles to within a bin, the mean exact).
 `Latencies` is what `benchmark_serving` reports of a run: per request its
 TTFT, TPOT (over requests of more than one token) and E2E latency, the
@@ -16,6 +17,8 @@ import math
 
 import numpy as np
 
+REQUESTS_EXACT = 2**20
+
 
 class Samples:
     """One metric's values over a run (module docstring)."""
@@ -24,7 +27,8 @@ class Samples:
     BINS_PER_DECADE = 460  # 10 ** (1 / 460) = 1.005
     LOW, DECADES = 1e-9, 14  # 1 ns .. 10^5 s
 
-    def __init__(self):
+    def __init__(self, exact: int | None = None):
+        self.exact = exact or self.EXACT  # values held exactly before they fold into bins
         self.buffer: np.ndarray | None = np.empty(1024)
         self.held = 0
         self.counts: np.ndarray | None = None
@@ -37,9 +41,9 @@ class Samples:
             return
         self.count += n
         if self.buffer is not None:  # a copy into a buffer: the simulation's hot path
-            if self.held + n <= self.EXACT:
+            if self.held + n <= self.exact:
                 if self.held + n > len(self.buffer):
-                    grown = np.empty(min(max(2 * len(self.buffer), self.held + n), self.EXACT))
+                    grown = np.empty(min(max(2 * len(self.buffer), self.held + n), self.exact))
                     grown[: self.held] = self.buffer[: self.held]
                     self.buffer = grown
                 self.buffer[self.held : self.held + n] = values
@@ -89,7 +93,9 @@ class Latencies:
 
     def __init__(self, slo=None, stages: int = 0):
         self.slo = slo
-        self.ttft, self.tpot, self.e2e = Samples(), Samples(), Samples()
+        # a run's requests: exact percentiles up to 2^20 of them (8 MiB each)
+        exact = min(Samples.EXACT, REQUESTS_EXACT)
+        self.ttft, self.tpot, self.e2e = Samples(exact), Samples(exact), Samples(exact)
         self.count = self.met = self.input_tokens = self.output_tokens = 0
         self.first_arrival_s, self.last_finish_s = math.inf, -math.inf
         self.stages = [Latencies() for _ in range(stages)]
