@@ -20,6 +20,7 @@ from dlperf.precision import precision
 from dlperf.run import Session, resolve
 from dlperf.tracing import trace, within
 from dlperf.tracing.moe import MOE_BACKWARD_OP, MOE_OP, MoeShape, moe_shape
+from dlperf.training_memory.report import saved_as_run
 
 # A 2-layer Mixtral: hidden H = 256, expert FFN F = 512, E = 8 experts, top-2
 # (the preset's), at batch 2 x sequence 32: T = 64 tokens, S = T k = 128 rows.
@@ -94,13 +95,37 @@ def test_saved_tensors_are_what_a_grouped_gemm_moe_keeps(small):
     _, t, _ = small
     saved = [s for s in t.saved if s.module == "model.layers.0.mlp.experts"]
     activations = sum(s.nbytes for s in saved if s.kind == "activation")
-    # per routed row, bf16: its permuted input (H), fc1's output (2F), the
-    # activation (F) and fc2's output (H): (2 * 256 + 3 * 512) * 2 = 4,096 B;
-    # 128 rows, plus the fp32 top-k routing weights (64 x 2 x 4 B = 512)
-    assert activations == S * (2 * H + 3 * F_SIZE) * 2 + T * K * 4 == 524_800
+    # per routed row, bf16: its permuted input (H), fc1's output (2F) and the
+    # activation (F), (256 + 3 * 512) * 2 = 3,584 B; not fc2's output (H):
+    # Megatron-Core weights the rows inside the activation (weighted SwiGLU)
+    # and combines them unweighted. 128 rows, plus the fp32 top-k routing
+    # weights (64 x 2 x 4 B = 512)
+    assert activations == S * (H + 3 * F_SIZE) * 2 + T * K * 4 == 459_264
     # autocast's bf16 copies of the expert weights (E x 3 x H x F x 2 B), as for a linear layer
     copies = sum(s.nbytes for s in saved if s.kind == "weight copy")
     assert copies == E * 3 * H * F_SIZE * 2
+
+
+@pytest.mark.parametrize(
+    ("precision", "gpu", "expected"),
+    [("amp-bf16", "h100", 459_264), ("fp8", "h100", 360_960), ("mxfp8", "b200", 364_032)],
+)
+def test_transformer_engine_experts_keep_what_megatron_keeps(precision, gpu, expected):
+    # issue 35: Qwen3-30B-A3B at EP 8 was judged 204.8 GiB a GPU (NVIDIA ran it on
+    # 186 GB GB200s). Megatron-Core's TEGroupedMLP applies each row's routing
+    # weight inside the activation (weighted_bias_swiglu_impl saves its input,
+    # fc1's output, and the weights) and the combine's unpermute takes no
+    # weights: fc2's output is not kept. TE's GroupedLinear keeps its input
+    # quantized under fp8. Per layer of the small Mixtral, S = 128 rows:
+    #   bf16:  permuted input 2 H S = 65,536, fc1's output 2 (2F) S = 262,144,
+    #          the activation 2 F S = 131,072, fp32 top-k weights 4 T k = 512
+    #          = 459,264 (was 524,800: fc2's output 2 H S = 65,536 besides)
+    #   fp8:   the two GEMM inputs in 1 byte: 32,768 + 262,144 + 65,536 + 512 = 360,960
+    #   mxfp8: 1 byte and one E8M0 scale per 32: 33,792 + 262,144 + 67,584 + 512 = 364,032
+    run = resolve(SMALL, gpu=gpu, precision=precision, batch=2, seq_len=32, kernels="te")
+    t = saved_as_run(Session().trace(run), run)
+    saved = [s for s in t.saved if s.module == "model.layers.0.mlp.experts"]
+    assert sum(s.nbytes for s in saved if s.kind == "activation") == expected
 
 
 def test_params_and_moe_facts_match_the_real_module(small):

@@ -39,11 +39,18 @@ Gated experts (SwiGLU: gate, up and down matrices) are told by the module's
 size F follows from its parameters: gated H x F x 3 elements, plain x 2.
 
 What the op keeps for backward is what Megatron-Core's grouped-GEMM MoE
-keeps (fused permute and unpermute, fused SwiGLU that saves only its input):
-per routed token the permuted input (H), the first GEMM's output (2F gated,
-F plain), the activation that feeds the second GEMM (F) and its output (H),
-which the routing weights' gradient needs; plus the top-k indices and
-weights. The recorder's saved-tensor hooks see them like any other.
+(`TEGroupedMLP`) keeps: the dispatcher sends each routed token's routing
+weight with it and the experts apply it inside the activation (the fused
+weighted SwiGLU, `weighted_bias_swiglu_impl`, which saves only its input
+and the weights); the combine's unpermute then sums the rows unweighted and
+keeps only its index map. So per routed token: the permuted input (H, fc1's
+saved input), the first GEMM's output (2F gated, F plain: the activation's
+input) and the activation that feeds the second GEMM (F, fc2's saved
+input); plus the top-k indices and weights. The second GEMM's output (H)
+is written and combined but not kept: the routing weights' gradient is
+the activation's, from its input. Under fp8 the GEMMs keep their inputs
+quantized (`training_memory.fused`, `--kernels te`). The recorder's
+saved-tensor hooks see them like any other.
 
 Under autocast the experts run in the autocast dtype, as a linear layer
 would (weights cast like autocast casts a linear layer's); their output is
@@ -104,7 +111,6 @@ def moe_backward(
     routed: Tensor,
     first: Tensor,
     activation: Tensor,
-    second: Tensor,
     experts: int,
     ffn: int,
     gated: bool,
@@ -116,8 +122,8 @@ def moe_backward(
 
 
 @moe_backward.register_fake
-def _(grad_out, top_k_index, top_k_weights, weights, routed, first, activation, second, experts,
-      ffn, gated, weight_grads):  # fmt: skip
+def _(grad_out, top_k_index, top_k_weights, weights, routed, first, activation, experts, ffn,
+      gated, weight_grads):  # fmt: skip
     grads = [torch.empty_like(w) for w in weights] if weight_grads else []
     return torch.empty_like(grad_out), torch.empty_like(top_k_weights), grads
 
@@ -125,15 +131,16 @@ def _(grad_out, top_k_index, top_k_weights, weights, routed, first, activation, 
 def _setup_context(ctx, inputs, output) -> None:
     _, top_k_index, top_k_weights, weights, experts, ffn, gated = inputs
     _, routed, first, activation, second = output
-    ctx.save_for_backward(top_k_index, top_k_weights, routed, first, activation, second, *weights)
+    # the second GEMM's output is not kept (module docstring)
+    ctx.save_for_backward(top_k_index, top_k_weights, routed, first, activation, *weights)
     ctx.mark_non_differentiable(routed, first, activation, second)
     ctx.set_materialize_grads(False)
     ctx.config = (experts, ffn, gated, any(w.requires_grad for w in weights))
 
 
 def _backward(ctx, grad_out, *unused):
-    index, top_weights, routed, first, activation, second, *weights = ctx.saved_tensors
-    saved = (routed, first, activation, second)
+    index, top_weights, routed, first, activation, *weights = ctx.saved_tensors
+    saved = (routed, first, activation)
     grad_hidden, grad_top, grads = moe_backward(
         grad_out, index, top_weights, weights, *saved, *ctx.config
     )
@@ -176,7 +183,7 @@ def moe_shape(event: OpEvent) -> MoeShape:
     args = event.args
     weights = [w for w in args[3] if isinstance(w, TensorMeta)]
     backward = event.op == MOE_BACKWARD_OP
-    experts, ffn, gated = args[8:11] if backward else args[4:7]
+    experts, ffn, gated = args[7:10] if backward else args[4:7]
     tokens, top_k = args[1].shape  # the (T, k) top-k index
     hidden = args[0]  # the input forward, its gradient backward: same shape
     return MoeShape(
@@ -188,7 +195,7 @@ def moe_shape(event: OpEvent) -> MoeShape:
         gated=bool(gated),
         dtype=hidden.dtype,
         expert_params=sum(w.numel for w in weights),
-        weight_grads=bool(args[11]) if backward else True,
+        weight_grads=bool(args[10]) if backward else True,
     )
 
 

@@ -21,7 +21,10 @@ Megatron's fused kernels save less:
   fp8 cast its GEMM read (TE saves the quantized input for the weight
   gradient: 1 byte an element), not in the compute dtype; where another op
   saves the same tensor (attention saves its output, the output projection's
-  input) that op's copy stays and the fp8 copy is added.
+  input) that op's copy stays and the fp8 copy is added. The routed experts'
+  grouped GEMMs (`dlperf::moe`, TE's `GroupedLinear`) do the same: the
+  permuted tokens fc1 reads and the activation fc2 reads are kept in fp8;
+  fc1's output, the weighted SwiGLU's input, stays in the compute dtype.
 
 Everything else (the attention core's Q, K, V, output and statistics, the
 loss) is saved as traced.
@@ -35,6 +38,7 @@ from ..dtypes import bytes_per_element
 from ..ops.linear import activation_operand, is_linear_module
 from ..tracing import Trace, within
 from ..tracing.events import SavedTensor
+from ..tracing.moe import MOE_OP
 
 # The activation ops a fused gated-MLP kernel recomputes from its input.
 GATE_ACTIVATIONS = ("aten.silu", "aten.gelu")
@@ -91,6 +95,9 @@ def te_saved(trace: Trace) -> Trace:
             at = activation_operand(e) if e.phase == "forward" else None
             if at is not None and any(within(e.module, b) for b in trace.blocks):
                 linear_inputs.add(e.reads[at])
+    # the experts' own GEMM inputs: the op is the GEMM, its saved copy becomes the fp8 one
+    expert_inputs = _expert_gemm_inputs(trace) if trace.precision.fp8_linear else set()
+    linear_inputs |= expert_inputs
     kept: list[SavedTensor] = []
     seen: set[int] = set()
     for t in trace.saved:
@@ -108,7 +115,7 @@ def te_saved(trace: Trace) -> Trace:
             itemsize = _itemsize(made, t.storage)
             stored = trace.precision.linear_format.bytes_per_element
             cast = dataclasses.replace(t, nbytes=int(t.nbytes * stored / itemsize))
-            if linear:
+            if linear or t.storage in expert_inputs:
                 t = cast
             else:
                 kept.append(cast)  # the linear layer's own fp8 copy beside this one
@@ -119,6 +126,17 @@ def te_saved(trace: Trace) -> Trace:
             kept.append(SavedTensor(norm, nbytes, "activation", storage))
             seen.add(storage)
     return dataclasses.replace(trace, saved=kept)
+
+
+def _expert_gemm_inputs(trace: Trace) -> set[int]:
+    """The storages of the tensors the experts' grouped GEMMs read, as each
+    `dlperf::moe` call writes them (`tracing.moe.moe`'s outputs: the permuted
+    tokens fc1 reads, second, and the activation fc2 reads, fourth)."""
+    found: set[int] = set()
+    for e in trace.events:
+        if e.phase == "forward" and e.op == MOE_OP and len(e.writes) >= 4:
+            found |= {e.writes[1], e.writes[3]}
+    return found
 
 
 def _row_bytes(trace: Trace, norm: str) -> int:
