@@ -30,7 +30,9 @@ How each published field becomes a dlperf option:
   Megatron FSDP; `micro_batch`, `global_batch` as published.
 - the step: `attention cudnn` (Transformer Engine's cuDNN fused
   attention), `kernels te` (what Megatron-Core with Transformer Engine's
-  fused norms, SwiGLU and fp8 linear layers save for backward),
+  fused norms, SwiGLU and fp8 linear layers save for backward), `loss
+  fused` (Megatron-Bridge's models set cross_entropy_loss_fusion: the
+  loss's gradient is written in place of the bf16 logits, no fp32 copy),
   `clip_grad` (Megatron clips at 1.0), `cuda_graphs` where the recipe
   sets `cuda_graph_impl` (transformer_engine, local or full_iteration)
   or `cuda_graphs: true`; `checkpoint none` unless the
@@ -146,6 +148,7 @@ def case_of(row: dict) -> Case:
         "precision": precision,
         "attention": "cudnn",
         "kernels": "te",
+        "loss": "fused",
         "clip_grad": True,
         "seq_len": row["seq_len"],
         "gpus": row["n_gpus"],

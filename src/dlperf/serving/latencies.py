@@ -29,28 +29,32 @@ class Samples:
 
     def __init__(self, exact: int | None = None):
         self.exact = exact or self.EXACT  # values held exactly before they fold into bins
-        self.buffer: np.ndarray | None = np.empty(1024)
+        # held exactly: whole blocks, and the latest arrays as they came (a list
+        # append is the simulation's hot path), joined into a block every PARTS
+        self.blocks: list[np.ndarray] | None = []
+        self.parts: list[np.ndarray] = []
         self.held = 0
         self.counts: np.ndarray | None = None
         self.count, self.total = 0, 0.0
         self.low, self.high = math.inf, -math.inf
+
+    PARTS = 4096
 
     def add(self, values: np.ndarray) -> None:
         n = len(values)
         if not n:
             return
         self.count += n
-        if self.buffer is not None:  # a copy into a buffer: the simulation's hot path
-            if self.held + n <= self.exact:
-                if self.held + n > len(self.buffer):
-                    grown = np.empty(min(max(2 * len(self.buffer), self.held + n), self.exact))
-                    grown[: self.held] = self.buffer[: self.held]
-                    self.buffer = grown
-                self.buffer[self.held : self.held + n] = values
-                self.held += n
+        if self.blocks is not None:
+            self.parts.append(values)
+            self.held += n
+            if self.held <= self.exact:
+                if len(self.parts) >= self.PARTS:
+                    self.blocks.append(np.concatenate(self.parts))
+                    self.parts = []
                 return
-            values = np.concatenate((self.buffer[: self.held], values))
-            self.buffer = None
+            values = np.concatenate(self.blocks + self.parts)
+            self.blocks, self.parts = None, []
             self.counts = np.zeros(self.BINS_PER_DECADE * self.DECADES + 1, np.int64)
         self.total += float(values.sum())
         self.low = min(self.low, float(values.min()))
@@ -63,7 +67,10 @@ class Samples:
 
     def values(self) -> np.ndarray | None:
         """Every value, while they are held exactly (None once binned)."""
-        return None if self.buffer is None else self.buffer[: self.held]
+        if self.blocks is None:
+            return None
+        held = self.blocks + self.parts
+        return np.concatenate(held) if held else np.empty(0)
 
     def stats(self, percentiles) -> dict:
         """mean, median and the percentiles (None for a run without values)."""
@@ -100,14 +107,14 @@ class Latencies:
         self.first_arrival_s, self.last_finish_s = math.inf, -math.inf
         self.stages = [Latencies() for _ in range(stages)]
 
-    def add(self, arrival_s, first_token_s, finish_s: float, input_len, output_len,
+    def add(self, arrival_s, first_token_s, finish_s, input_len, output_len,
             stage=None) -> None:  # fmt: skip
-        """Requests that finished at `finish_s`: each one's arrival, first
-        token and lengths (and stage, for a staged load)."""
+        """Finished requests: each one's arrival, first token, finish and
+        lengths (and stage, for a staged load)."""
         if stage is not None and self.stages:
             for i in np.unique(stage):
                 chosen = stage == i
-                self.stages[i].add(arrival_s[chosen], first_token_s[chosen], finish_s,
+                self.stages[i].add(arrival_s[chosen], first_token_s[chosen], finish_s[chosen],
                                    input_len[chosen], output_len[chosen])  # fmt: skip
         ttft, e2e = first_token_s - arrival_s, finish_s - arrival_s
         many = output_len > 1
@@ -120,6 +127,6 @@ class Latencies:
         self.input_tokens += int(input_len.sum())
         self.output_tokens += int(output_len.sum())
         self.first_arrival_s = min(self.first_arrival_s, float(arrival_s.min()))
-        self.last_finish_s = max(self.last_finish_s, finish_s)
+        self.last_finish_s = max(self.last_finish_s, float(np.max(finish_s)))
         if self.slo is not None:
             self.met += int(self.slo.met(ttft, tpot, e2e).sum())

@@ -39,6 +39,7 @@ bounded by the engine's queue window and running batch, not its length.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from collections.abc import Callable
@@ -152,35 +153,44 @@ def run_engine(work, limits: EngineLimits, costs: StepCosts,
     return timings
 
 
+# Finished requests recorded into the run's latencies at once (numpy calls per batch).
+FINISHED_BATCH = 512
+
+
 class _Arrivals:
     """The requests not yet waiting in the engine, in arrival order: the
     stream's current chunk and the next request of it."""
 
     def __init__(self, chunks):
         self.source, self.chunk, self.at, self.number = iter(chunks), None, 0, 0
+        self.next = math.inf  # when the next request arrives (inf: none is left)
         self._next_chunk()
 
     def _next_chunk(self) -> None:
         self.chunk, self.at = next(self.source, None), 0
         if self.chunk is not None and not len(self.chunk):
             self._next_chunk()
+        # Python floats: a bisect and an index on them beat numpy's on scalars
+        self.times = [] if self.chunk is None else self.chunk.arrival_s.tolist()
+        self._next_time()
 
-    def next_s(self) -> float:
-        """When the next request arrives (inf: none is left)."""
-        return math.inf if self.chunk is None else float(self.chunk.arrival_s[self.at])
+    def _next_time(self) -> None:
+        self.next = math.inf if self.chunk is None else self.times[self.at]
 
     def take(self, now: float, most: int) -> tuple[Workload, slice] | None:
         """Up to `most` requests of the chunk that have arrived by `now`: the
         chunk and their slice of it (None: none has)."""
-        c = self.chunk
-        if c is None or most <= 0 or c.arrival_s[self.at] > now:
+        if self.next > now or most <= 0:  # a float compare: the simulation's hot path
             return None
-        end = min(int(np.searchsorted(c.arrival_s, now, side="right")), self.at + most)
+        c = self.chunk
+        end = min(bisect.bisect_right(self.times, now, self.at), self.at + most)
         taken = slice(self.at, end)
         self.number += end - self.at
         self.at = end
         if end == len(c):
             self._next_chunk()
+        else:
+            self._next_time()
         return c, taken
 
 
@@ -208,6 +218,7 @@ class EngineState:
         self.spare: list[int] = []  # slots free for the next arrivals
         for name in self._INTS + self._FLOATS:
             setattr(self, name, np.zeros(0, np.int64 if name in self._INTS else float))
+        self.finished: list[tuple] = []  # finished requests' figures, not yet recorded
         self.shares_prefixes = False  # a shared-prefix dataset's requests
         self.prefixes_cached: set[int] = set()  # groups whose shared prompt is computed
         self.now = 0.0
@@ -219,13 +230,14 @@ class EngineState:
         while True:
             self._arrive()
             if not self.running and not self.waiting:
-                following = self.arrivals.next_s()
+                following = self.arrivals.next
                 if math.isinf(following):
+                    self._record()
                     return
                 self.now = following
                 continue
-            ahead = self.arrivals.next_s
-            if not self.waiting and self._decoding_only() and self._fast_forward(ahead()):
+            ahead = self.arrivals.next
+            if not self.waiting and self._decoding_only() and self._fast_forward(ahead):
                 continue
             scheduled = self.schedule(self)
             if not scheduled:
@@ -238,6 +250,9 @@ class EngineState:
         """The requests that have arrived by now join the waiting queue, up to its window."""
         while (got := self.arrivals.take(self.now, self.window - len(self.waiting))) is not None:
             chunk, taken = got
+            if taken.stop - taken.start == 1:  # one at a time (a rate's arrivals): scalars
+                self._arrive_one(chunk, taken.start)
+                continue
             first = self.arrivals.number - (taken.stop - taken.start)
             slots = self._slots(taken.stop - taken.start)
             self.number[slots] = np.arange(first, self.arrivals.number)
@@ -253,8 +268,34 @@ class EngineState:
             self.stage[slots] = -1 if chunk.stage is None else chunk.stage[taken]
             self.waiting.extend(slots.tolist())
 
+    def _arrive_one(self, chunk: Workload, i: int) -> None:
+        """`_arrive` of one request, field by field."""
+        (r,) = self._slots(1).tolist()
+        self.number[r] = self.arrivals.number - 1
+        self.arrival[r] = chunk.arrival_s[i]
+        self.prompt[r], self.output[r] = chunk.input_len[i], chunk.output_len[i]
+        self.computed[r] = self.generated[r] = self.held[r] = self.admitted[r] = 0
+        self.last_token[r], self.first_token[r] = 0.0, math.nan
+        if chunk.prefix_len is not None:
+            self.shares_prefixes = True
+            self.group[r], self.prefix[r] = chunk.group[i], chunk.prefix_len[i]
+        self.stage[r] = -1 if chunk.stage is None else chunk.stage[i]
+        self.waiting.append(r)
+
+    def _record(self) -> None:
+        """The finished requests gathered so far, into the run's latencies at once."""
+        if self.finished:
+            arrival, first, now, prompt, output, stage = zip(*self.finished, strict=True)
+            finish = np.repeat(now, [len(a) for a in arrival])
+            stage = None if stage[0] is None else np.concatenate(stage)
+            self.timings.latencies.add(np.concatenate(arrival), np.concatenate(first), finish,
+                                       np.concatenate(prompt), np.concatenate(output), stage)
+            self.finished = []
+
     def _slots(self, n: int) -> np.ndarray:
         """`n` free slots (the arrays grown, doubling, when too few are spare)."""
+        if n == 1 and self.spare:
+            return np.array([self.spare.pop()], np.int64)
         if len(self.spare) < n:
             size = len(self.prompt)
             grown = max(2 * size, size + n - len(self.spare), 64)
@@ -381,8 +422,10 @@ class EngineState:
             t.finish_s[self.number[ended]] = self.now
         if t.latencies is not None:
             stage = self.stage[ended] if t.latencies.stages else None
-            t.latencies.add(self.arrival[ended], self.first_token[ended], self.now,
-                            self.prompt[ended], self.output[ended], stage)  # fmt: skip
+            self.finished.append((self.arrival[ended], self.first_token[ended], self.now,
+                                  self.prompt[ended], self.output[ended], stage))  # fmt: skip
+            if len(self.finished) >= FINISHED_BATCH:
+                self._record()
         gone = set(ended.tolist())
         self.running = [r for r in self.running if r not in gone]
         self.free += int(self.held[ended].sum())
