@@ -244,3 +244,28 @@ def test_preset_and_size_keys():
     assert (config.num_local_experts, config.num_experts_per_tok) == (4, 1)
     with pytest.raises(dlperf.DlperfError, match="no key 'experts'"):
         load_model("hf:gpt2:experts=4")
+
+
+@pytest.mark.parametrize(
+    ("policy", "gpu", "math", "per_element"),
+    # a cast reads bf16 (2 B, twice with an amax pass) and writes both layouts:
+    # fp8 2 x 1 B; MXFP8 2 x (1 + 1/32) B, no amax pass
+    [("fp8", "h100", "fp8", 2 * 2 + 2 * 1), ("mxfp8", "b200", "fp8", 2 + 2 * (1 + 1 / 32))],
+)
+def test_fp8_recipes_run_the_experts_grouped_gemms_in_their_format(policy, gpu, math,
+                                                                   per_element):  # fmt: skip
+    """issue 35: under fp8 and MXFP8 the experts' grouped GEMMs were priced at the bf16
+    rate, as if Transformer Engine's GroupedLinear ran them in bf16."""
+    run = resolve(SMALL, gpu=gpu, precision=policy, batch=2, seq_len=32)
+    t = Session().trace(run)
+    fwd, bwd = (_moe_events(t, op)[0] for op in (MOE_OP, MOE_BACKWARD_OP))
+    low = {p: costed(e, CostContext(run.precision)).cost for p, e in (("f", fwd), ("b", bwd))}
+    plain = {p: costed(e, CostContext(precision("amp-bf16"))).cost
+             for p, e in (("f", fwd), ("b", bwd))}  # fmt: skip
+    assert {g.dtype for c in low.values() for g in c.gemms} == {math}
+    # the casts: forward fc1's input (S x H) and fc2's (S x F), 128 x 768 = 98,304
+    # elements; backward the gradients fc2's and fc1's dgrad read, S x (H + 2F) =
+    # 128 x 1,280 = 163,840
+    for p, elements in (("f", S * (H + F_SIZE)), ("b", S * (H + 2 * F_SIZE))):
+        assert low[p].side_bytes - plain[p].side_bytes == pytest.approx(elements * per_element)
+        assert sum(g.flops for g in low[p].gemms) == sum(g.flops for g in plain[p].gemms)

@@ -21,7 +21,10 @@ sharing the waves), as grouped-GEMM MoE kernels (Megatron-Core's, PyTorch's
 
 so forward does 2 S H F (g + 1) FLOPs in GEMMs (SwiGLU: 2 T k 3 H F) and
 backward twice that (the weight gradients only when the experts train).
-Around them run memory-bound kernels, streamed after the GEMMs: forward
+Under an fp8, MXFP8 or NVFP4 training recipe the grouped GEMMs run in its
+format, as Transformer Engine's GroupedLinear runs them, and each pass casts
+the two inputs its GEMMs read (`cast_inputs`). Around them run memory-bound
+kernels, streamed after the GEMMs: forward
 the permute (a gather of S rows of H), the activation (reads g F, writes F
 per row) and the unpermute (S rows scaled by their routing weight and
 summed into T rows); backward their gradients (the unpermute's gather of
@@ -36,10 +39,12 @@ recorded and priced as those ops.
 from __future__ import annotations
 
 from ..kinds import Category
+from ..precision import LinearFormat
 from ..tracing import OpEvent
 from ..tracing.moe import MOE_BACKWARD_OP, MOE_OP, MoeShape, moe_shape
 from .cost import CostContext, Costed, Gemm, noted
 from .factories import contraction, make_gemm
+from .float8 import FEATURE_MULTIPLE, cast_bytes
 from .registry import register
 
 _MOE = {"category": Category.CONTRACTION, "family": "moe"}
@@ -62,9 +67,33 @@ def _inner(s: MoeShape) -> int:
     return s.ffn * (2 if s.gated else 1)
 
 
+def expert_format(s: MoeShape, ctx: CostContext) -> LinearFormat | None:
+    """The low-precision format the experts' grouped GEMMs run in under an fp8,
+    MXFP8 or NVFP4 training recipe (Transformer Engine's GroupedLinear, as its
+    Linear: every GEMM of both passes), None where they run in the compute dtype."""
+    policy = ctx.precision
+    if not policy.fp8_linear:
+        return None
+    compute = policy.autocast_dtype or policy.param_dtype
+    if s.dtype != compute or s.hidden % FEATURE_MULTIPLE or s.ffn % FEATURE_MULTIPLE:
+        return None
+    return policy.linear_format
+
+
+def cast_inputs(s: MoeShape, phase: str) -> int:
+    """Elements the grouped GEMMs cast to the low-precision format, per pass:
+    forward fc1's input (the routed tokens, S x H) and fc2's (S x F); backward
+    the gradients fc2's and fc1's dgrad read (S x H, S x g F), which their
+    wgrads read too (the cast writes both layouts)."""
+    if phase == "forward":
+        return s.routed * (s.hidden + s.ffn)
+    return s.routed * (s.hidden + _inner(s))
+
+
 def expert_gemms(s: MoeShape, phase: str, ctx: CostContext) -> list[Gemm]:
     """The grouped GEMMs of the module docstring's table, per balanced split."""
     h, f, inner = s.hidden, s.ffn, _inner(s)
+    fmt = expert_format(s, ctx)
     gemms = []
     for rows, experts in s.balanced_rows():
         if phase == "forward":
@@ -74,9 +103,11 @@ def expert_gemms(s: MoeShape, phase: str, ctx: CostContext) -> list[Gemm]:
             if s.weight_grads:  # frozen experts (adapters trained beside them) have none
                 shapes += [(h, f, rows, "fc2 wgrad"), (inner, h, rows, "fc1 wgrad")]
         gemms += [
-            make_gemm(ctx, s.dtype, m, n, k, batch=experts, role=f"expert {role}")
+            Gemm(m, n, k, batch=experts, dtype=fmt.gemm_dtype, storage=fmt.gemm_dtype,
+                 role=f"expert {role}")
+            if fmt else make_gemm(ctx, s.dtype, m, n, k, batch=experts, role=f"expert {role}")
             for m, n, k, role in shapes
-        ]
+        ]  # fmt: skip
     return gemms
 
 
@@ -109,11 +140,21 @@ def _priced(e: OpEvent, ctx: CostContext, phase: str) -> Costed:
     gemms = expert_gemms(s, phase, ctx)
     item = s.dtype.itemsize
     side_read, side_written, side_flops = side_traffic(s, phase, e.args[2].itemsize)
+    side = FORWARD_SIDE_KERNELS if phase == "forward" else BACKWARD_SIDE_KERNELS
+    fmt = expert_format(s, ctx)
+    operand = fmt.bytes_per_element if fmt else item
+    notes = []
+    if fmt:  # the inputs' casts, side work streamed with the rest
+        per_read, per_written, per_kernels = cast_bytes(fmt)
+        cast = cast_inputs(s, phase)
+        side_read, side_written = side_read + per_read * cast, side_written + per_written * cast
+        side += 2 * per_kernels
+        notes.append(f"{fmt.name} grouped GEMMs with their inputs' casts (the experts' "
+                     "weights are cast once per step, not priced here)")  # fmt: skip
     # each GEMM reads its operands and writes its result once (the tile model
     # prices their real traffic); the side kernels' bytes are streamed after
-    gemm_read = sum(g.batch * (g.m * g.k + g.k * g.n) for g in gemms) * item
+    gemm_read = sum(g.batch * (g.m * g.k + g.k * g.n) for g in gemms) * operand
     gemm_written = sum(g.batch * g.m * g.n for g in gemms) * item
-    side = FORWARD_SIDE_KERNELS if phase == "forward" else BACKWARD_SIDE_KERNELS
     cost = contraction(
         gemms,
         gemm_read + side_read,
@@ -129,6 +170,7 @@ def _priced(e: OpEvent, ctx: CostContext, phase: str) -> Costed:
         f"= {per_expert} rows per expert (real routers are uneven: the busiest expert "
         "sets the time)",
         "each projection is one grouped GEMM over the experts",
+        *notes,
     )
 
 
