@@ -40,7 +40,8 @@ How each published field becomes a dlperf option:
   `selective`; any other module list, a block recompute of the first K
   layers (`recompute_num_layers`) have no dlperf option: the row is priced
   without them and its remark says so (memory then overcounts them). CPU
-  activation offloading (`cpu_offloading_num_layers`) is `offload_layers`.
+  activation offloading (`cpu_offloading_num_layers`) is `offload_layers`,
+  the experts' all-to-all overlap (`moe_a2a_overlap`) `overlap_ep_comm`.
 
 A row dlperf cannot say (no architecture in the data, a precision it has
 not, a model its tracer refuses) is listed as skipped with the reason and
@@ -133,7 +134,9 @@ def _step(row: dict, remarks: list[str]) -> dict:
     elif settings.get("recompute_num_layers"):
         remarks.append(f"block recompute of {settings['recompute_num_layers']} layers not priced")
     offload = settings.get("cpu_offloading_num_layers") or None
-    return {"cuda_graphs": graphs, "checkpoint": checkpoint, "offload_layers": offload}
+    overlap = any(settings.get(k) for k in ("moe_a2a_overlap", "overlap_moe_expert_parallel_comm"))
+    return {"cuda_graphs": graphs, "checkpoint": checkpoint, "offload_layers": offload,
+            "overlap_ep_comm": overlap}  # fmt: skip
 
 
 def case_of(row: dict) -> Case:

@@ -157,6 +157,32 @@ def test_expert_all_to_all():
     assert a2a.exposed_time_s == pytest.approx(a2a.count * 3 / 4 * nbytes / 100e9)
 
 
+def test_expert_all_to_all_hides_behind_another_micro_batch():
+    """issue 35: NVIDIA's newer MoE recipes set moe_a2a_overlap (Megatron-Core's
+    --overlap-moe-expert-parallel-comm); dlperf exposed every all-to-all."""
+    from dlperf.parallel.comm import overlapped_all_to_all_s
+
+    # 4 micro-batches of 10 ms of all-to-alls each, 30 ms of compute: the first
+    # forward's and the last backward's (one micro-batch's worth) show, the other 3
+    # hide whole: 10 / 4 = 2.5 ms a micro-batch; at 50 ms each, 3 x 20 ms show besides
+    assert overlapped_all_to_all_s(10e-3, 30e-3, 4) == pytest.approx(2.5e-3)
+    assert overlapped_all_to_all_s(50e-3, 30e-3, 4) == pytest.approx((50e-3 + 3 * 20e-3) / 4)
+    assert overlapped_all_to_all_s(10e-3, 30e-3, 1) == pytest.approx(10e-3)  # no partner
+    moe = dict(experts=8, top_k=2, moe_layers=8, moe_tokens=4096, moe_hidden=1024)
+    layout = dict(dp=8, tp=1, pp=1, ep=4, micro_batches=4)
+    plain = _plan(_profile(**moe), **layout).collective("ep all_to_all")
+    hidden = _plan(_profile(**moe, ep_comm_overlap=True), **layout).collective("ep all_to_all")
+    # 8 blocks of 3 ms a micro-batch (24 ms) hide its 32 calls of 3/4 x 16.8 MB at
+    # 100 GB/s (126 us each, 4.0 ms): only the unpaired quarter shows
+    assert hidden.time_s == plain.time_s
+    assert hidden.exposed_time_s == pytest.approx(plain.exposed_time_s / 4)
+    model = "hf:llama:layers=2,hidden=128,heads=4,kv_heads=2,mlp=256,vocab=1000"
+    with pytest.raises(dlperf.DlperfError, match="has no experts"):
+        dlperf.plan(model, gpu="h100", gpus=2, overlap_ep_comm=True)
+    with pytest.raises(dlperf.DlperfError, match="give it to dlperf plan"):
+        dlperf.analyze(model, gpu="h100", overlap_ep_comm=True)
+
+
 def test_context_parallel_ring_hides_behind_attention():
     p = _profile(kv_elements=2e6, block_attention_s=1e-4)
     plan = _plan(p, dp=4, tp=1, pp=1, cp=2, micro_batches=1)

@@ -109,6 +109,9 @@ class ParallelConfig:
     # blocks whose saved activations live in host memory between their forward and
     # backward (Megatron-Core's --cpu-offloading-num-layers)
     offload_layers: int | None = None
+    # the experts' all-to-alls hidden behind another micro-batch's compute
+    # (Megatron-Core's --overlap-moe-expert-parallel-comm)
+    overlap_ep_comm: bool = False
     node_network_bytes_per_s: float | None = None
     measured_interconnect: dict | None = field(default=None, hash=False)
 
@@ -198,6 +201,8 @@ APPLIES = {
 WHY_NOT = {
     "reduce_dtype": "is how data parallelism reduces the gradients, and one GPU's step reduces "
     "none: give it to dlperf plan, or drop it",
+    "overlap_ep_comm": "overlaps expert parallelism's all-to-alls, which only a plan has: give "
+    "it to dlperf plan, or drop it",
     "offload_layers": "is priced by dlperf plan (Megatron-Core's activation offloading): give it "
     "to dlperf plan, or drop it",
 }

@@ -425,6 +425,13 @@ PLAN = (
         help="tp without sequence parallelism (default: searched)",
     ),
     option(
+        "--overlap-ep-comm",
+        api="overlap_ep_comm",
+        action="store_true",
+        help="hide the experts' all-to-alls behind another micro-batch's compute "
+        "(Megatron-Core's --overlap-moe-expert-parallel-comm; --ep > 1)",
+    ),
+    option(
         "--offload-layers",
         api="offload_layers",
         type=whole_number,

@@ -20,7 +20,8 @@ said):
   attention).
 - ep: two all-to-alls per MoE layer forward (dispatch, combine) and two
   backward, of tokens x top-k x hidden x activation bytes, (ep-1)/ep of
-  them leaving each GPU.
+  them leaving each GPU; with `--overlap-ep-comm` each runs behind another
+  micro-batch's compute (`overlapped_all_to_all_s`).
 - fsdp/hsdp: every wrapped block is all-gathered for forward and again for
   backward (FULL_SHARD frees it after forward) and its gradients
   reduce-scattered, for every micro-batch; prefetch overlaps each with the
@@ -134,7 +135,10 @@ def _per_micro_batch(
         nbytes = tokens * profile.top_k * profile.moe_hidden * profile.activation_itemsize
         one = collective_time_s("all_to_all", nbytes, at.ep, net, at.tp * at.cp)
         calls = 4 * profile.moe_layers * blocks / max(profile.blocks, 1)
-        out.append((_Ring("all_to_all", "ep", nbytes, one), calls, calls * one))
+        exposed = calls * one
+        if profile.ep_comm_overlap:
+            exposed = overlapped_all_to_all_s(exposed, times.stage_s, at.micro_batches)
+        out.append((_Ring("all_to_all", "ep", nbytes, one), calls, exposed))
     if at.zero >= 3 and at.dp > 1:
         out += _fsdp(profile, net, at, times)
     if at.zero == 2 and at.dp > 1:
@@ -142,6 +146,17 @@ def _per_micro_batch(
         ring = _ring("reduce_scatter", "dp", grads, at.dp, at.model_parallel, net)
         out.append((ring, 1, _bucketed_exposure(ring, blocks * times.block_backward_s)))
     return out
+
+
+def overlapped_all_to_all_s(comm_s: float, compute_s: float, micro_batches: int) -> float:
+    """A micro-batch's all-to-alls exposed, on average, when each runs behind
+    another micro-batch's compute (Megatron-Core's EP overlap pairs one
+    micro-batch's forward with another's backward): the first forward's and
+    the last backward's have no partner (half the calls each, one whole
+    micro-batch's worth); every other micro-batch's show only what its
+    partner's compute cannot hide."""
+    m = max(micro_batches, 1)
+    return (comm_s + (m - 1) * max(0.0, comm_s - compute_s)) / m
 
 
 def _fp8_gathers(

@@ -176,13 +176,19 @@ def plan_report(run: Run, session: Session, micro_batch: int) -> PlanReport:
     batch = global_batch or 4 * gpus * micro_batch
     first = profile(dataclasses.replace(run, checkpoint=checkpoint or "none"), session, micro_batch)
     _check_offloaded_blocks(offload, first)
+    if par.overlap_ep_comm and (not first.moe_layers or par.ep == 1):
+        why = "--ep 1 has no all-to-all" if first.moe_layers else f"{first.name} has no experts"
+        raise DlperfError(f"--overlap-ep-comm overlaps expert parallelism's all-to-alls, and "
+                          f"{why}: drop it")  # fmt: skip
     profiles = [
         first if policy == first.checkpoint else
         profile(dataclasses.replace(run, checkpoint=policy), session, micro_batch)
         for policy in (["none"] if offload else _policies(checkpoint, first))
     ]  # fmt: skip
     host = run.spec.pcie_bandwidth_bytes_per_s or 0.0
-    profiles = [replace(p, offload_layers=offload, host_bytes_per_s=host) for p in profiles]
+    how = {"offload_layers": offload, "host_bytes_per_s": host,
+           "ep_comm_overlap": bool(par.overlap_ep_comm)}  # fmt: skip
+    profiles = [replace(p, **how) for p in profiles]
     net = _network(run, gpus, gpus_per_node, par.node_network_bytes_per_s,
                    par.measured_interconnect)  # fmt: skip
     found = layouts(first, gpus, net.gpus_per_node, batch, par, first.tokens_per_sample)
@@ -196,8 +202,7 @@ def plan_report(run: Run, session: Session, micro_batch: int) -> PlanReport:
         if any(at.zero for at in found)
         else {}
     )
-    sharded = {k: replace(v, offload_layers=offload, host_bytes_per_s=host)
-               for k, v in sharded.items()}  # fmt: skip
+    sharded = {k: replace(v, **how) for k, v in sharded.items()}
 
     def priced_with(p: ModelProfile, at) -> ModelProfile:
         return sharded.get(p.checkpoint, p) if at.zero else p
