@@ -342,3 +342,23 @@ def test_a_model_configs_unknown_key_is_listed_as_ignored(tmp_path):
     assert fields["colour"].ignored.startswith("unknown field") and not fields["colour"].became
     assert [f.name for f in job.unknown] == ["colour"]
     assert fields["hidden_size"].became and fields["rope_theta"].became
+
+
+def test_megatrons_fusion_offload_and_overlap_flags_become_options(tmp_path):
+    """issue 35: NVIDIA's recipes fuse the cross-entropy, offload activations and
+    overlap the experts' all-to-alls; the Megatron reader listed those flags as
+    unknown and priced none of them."""
+    text = (EXAMPLES / "megatron_gpt_1.3b.sh").read_text().rstrip().rstrip("\\")
+    path = tmp_path / "run.sh"
+    flags = " --cross-entropy-loss-fusion --cpu-offloading --cpu-offloading-num-layers 6"
+    path.write_text(text + flags + " --overlap-moe-expert-parallel-comm\n")
+    job = read_config(path, gpus=8)
+    assert job.options["loss"] == "fused"
+    assert job.parallel["offload_layers"] == 6 and job.parallel["overlap_ep_comm"] is True
+    became = {f.name: f.became for f in job.fields}
+    assert became["--cpu-offloading-num-layers"] == "--offload-layers 6"
+    # the layer count alone offloads nothing in Megatron
+    path.write_text(text + " --cpu-offloading-num-layers 6\n")
+    job = read_config(path, gpus=8)
+    assert "offload_layers" not in job.parallel
+    assert any(f.name == "--cpu-offloading-num-layers" and f.ignored for f in job.fields)

@@ -12,6 +12,9 @@ GPT-2's `gelu_pytorch_tanh`, not the chain of point-wise ops of `gelu_new`.
 `--use-distributed-optimizer` shards the optimizer states over the
 data-parallel ranks (ZeRO-1); gradients are reduced in fp32 unless
 `--accumulate-allreduce-grads-in-fp32` is off and bf16 is on.
+`--cross-entropy-loss-fusion` is `--loss fused`, `--cpu-offloading` with
+`--cpu-offloading-num-layers N` `--offload-layers N`, and
+`--overlap-moe-expert-parallel-comm` `--overlap-ep-comm`.
 """
 
 from __future__ import annotations
@@ -28,14 +31,15 @@ FLAGS_WITH_VALUES = {
     "--moe-ffn-hidden-size", "--recompute-granularity", "--recompute-method",
     "--recompute-num-layers", "--num-layers-per-virtual-pipeline-stage",
     "--vocab-size", "--padded-vocab-size", "--normalization", "--position-embedding-type",
-    "--optimizer", "--kv-channels",
+    "--optimizer", "--kv-channels", "--cpu-offloading-num-layers",
 }  # fmt: skip
 SWITCHES = {
     "--sequence-parallel", "--bf16", "--fp16", "--use-flash-attn", "--swiglu",
     "--group-query-attention", "--use-distributed-optimizer",
     "--untie-embeddings-and-output-weights", "--disable-bias-linear",
     "--accumulate-allreduce-grads-in-fp32", "--use-mcore-models", "--transformer-impl",
-    "--overlap-grad-reduce", "--overlap-param-gather", "--fp8-format",
+    "--overlap-grad-reduce", "--overlap-param-gather", "--fp8-format", "--cpu-offloading",
+    "--overlap-moe-expert-parallel-comm", "--cross-entropy-loss-fusion",
 }  # fmt: skip
 # Flags that change no step's time or memory (training length, data, logging ...).
 BOOKKEEPING_PREFIXES = (
@@ -209,10 +213,31 @@ def _run(job: Job, args: dict, path: str, gpus: int | None) -> None:
     job.options["optimizer"] = "sgd-momentum" if optimizer == "sgd" else "adamw"
     if "--optimizer" in args:
         job.use("--optimizer", optimizer, f"--optimizer {job.options['optimizer']}")
+    _fusions_and_offload(job, args, path)
     for flag in ("--use-mcore-models", "--transformer-impl", "--overlap-grad-reduce",
                  "--overlap-param-gather", "--accumulate-allreduce-grads-in-fp32"):  # fmt: skip
         if flag in args:
             job.ignore(flag, args[flag], "how Megatron overlaps or builds: its default priced")
+
+
+def _fusions_and_offload(job: Job, args: dict, path: str) -> None:
+    """The fused cross-entropy, activation offloading and the experts'
+    all-to-all overlap: each an option of dlperf's."""
+    if "--cross-entropy-loss-fusion" in args:
+        job.options["loss"] = "fused"
+        job.use("--cross-entropy-loss-fusion", True, "--loss fused")
+    if "--cpu-offloading" in args:
+        layers = _int(args, "--cpu-offloading-num-layers", path, 0)
+        job.parallel["offload_layers"] = layers
+        for flag in ("--cpu-offloading", "--cpu-offloading-num-layers"):
+            if flag in args:
+                job.use(flag, args[flag], f"--offload-layers {layers}")
+    elif "--cpu-offloading-num-layers" in args:
+        job.ignore("--cpu-offloading-num-layers", args["--cpu-offloading-num-layers"],
+                   "without --cpu-offloading Megatron offloads nothing")  # fmt: skip
+    if "--overlap-moe-expert-parallel-comm" in args:
+        job.parallel["overlap_ep_comm"] = True
+        job.use("--overlap-moe-expert-parallel-comm", True, "--overlap-ep-comm")
 
 
 def _batch_and_precision(job: Job, args: dict, path: str) -> None:
