@@ -357,3 +357,32 @@ def test_offloading_is_refused_where_megatron_refuses_it():
     report = dlperf.plan(model, **common)
     assert all(p.pp == 1 and p.offload_layers == 2 for p in report.plans)
     assert report.plans[0].name.endswith("-offload:2")
+
+
+def test_expert_parallelism_across_the_tp_gpus_keeps_whole_experts():
+    """issue 35: NVIDIA's Qwen3-235B runs set ep 32 over dp 16 x tp 2 (expert tensor
+    parallelism 1); dlperf refused any ep not dividing dp. 8 blocks of 1e9
+    parameters, 0.75e9 of them experts (8 experts a block), dp 4, tp 2:"""
+    spec = dlperf.gpu("h100")
+    p = _profile(params=8e9, block_params=8e9, expert_params=6e9, experts=8, moe_layers=8,
+                 top_k=2)  # fmt: skip
+    etp1 = Layout(dp=4, tp=2, pp=1, ep=8, sharding="zero1", sequence_parallel=True)
+    etp2 = Layout(dp=4, tp=2, pp=1, ep=4, sharding="zero1", sequence_parallel=True)
+    assert (etp1.expert_tp, etp2.expert_tp) == (1, 2)
+    # ETP 1: dense 2e9 / tp 2 = 1e9 and experts 6e9 / ep 8 = 0.75e9, whole; ETP = TP:
+    # experts 6e9 / (ep 4 x tp 2) = 0.75e9 as well; bf16 weights, 2 B each: 3.5e9 B
+    for at in (etp1, etp2):
+        assert stage_memory(p, spec, at, "only").weights_bytes == pytest.approx(1.75e9 * 2)
+    # the experts' Adam states (fp32 master and moments, 12 B) shard over the
+    # expert-data-parallel ranks: dp x tp / (ep x ETP) = 4 x 2 / 8 = 1 (ETP 1), 4 x 2 /
+    # (4 x 2) = 1 (ETP 2); the dense ones over dp 4
+    assert etp1.expert_state_shards == etp2.expert_state_shards == 1
+    optimizer = 12 * (1e9 / 4 + 0.75e9 / 1)
+    assert stage_memory(p, spec, etp1, "only").optimizer_bytes == pytest.approx(optimizer)
+    from dlperf.parallel.search import problem
+
+    dims = dict(dp=4, tp=2, pp=1, cp=1, ep=8, sharding="zero1",
+                schedule=parse_schedule("none"), sequence_parallel=False)  # fmt: skip
+    assert "needs sequence parallelism" in problem(p, 8, 32, dims, 1024)
+    assert problem(p, 8, 32, {**dims, "sequence_parallel": True}, 1024) is None
+    assert "divide" in problem(p, 8, 32, {**dims, "ep": 3}, 1024)  # 8 experts, dp x tp 8

@@ -133,7 +133,9 @@ def _per_micro_batch(
     if at.ep > 1 and profile.moe_layers:
         tokens = profile.moe_tokens / (at.cp * at.activation_split)
         nbytes = tokens * profile.top_k * profile.moe_hidden * profile.activation_itemsize
-        one = collective_time_s("all_to_all", nbytes, at.ep, net, at.tp * at.cp)
+        # ep groups of whole tp groups run over neighbouring ranks (ETP = 1)
+        stride = at.tp * at.cp if at.expert_tp > 1 or at.dp % at.ep == 0 else 1
+        one = collective_time_s("all_to_all", nbytes, at.ep, net, stride)
         calls = 4 * profile.moe_layers * blocks / max(profile.blocks, 1)
         exposed = calls * one
         if profile.ep_comm_overlap:
@@ -180,8 +182,9 @@ def _fsdp(profile: ModelProfile, net: Interconnect, at: Layout, times: StageTime
     blocks = stage_blocks(profile, at)
     math_bytes = math_weight_bytes(profile)
     per_block = profile.params_per_block / at.tp
-    if profile.blocks:  # experts are split by ep as well
-        per_block -= profile.expert_params / profile.blocks / at.tp * (1 - 1 / at.ep)
+    if profile.blocks:  # experts are split by ep, and by tp only where ETP = TP
+        experts = profile.expert_params / profile.blocks
+        per_block += experts / (at.ep * at.expert_tp) - experts / at.tp
     block_bytes = per_block * _block_weight_bytes(profile)
     grad_bytes = per_block * profile.reduce_bytes
     root = (profile.params - profile.block_params) / at.tp
@@ -218,7 +221,7 @@ def _block_weight_bytes(profile: ModelProfile) -> float:
 def _held_params(profile: ModelProfile, at: Layout) -> float:
     """The parameters one GPU's stage holds (its tp share, its experts' ep share)."""
     dense = profile.block_params - profile.expert_params
-    held = (dense / at.pp + profile.expert_params / (at.pp * at.ep)) / at.tp
+    held = dense / at.pp / at.tp + profile.expert_params / (at.pp * at.ep * at.expert_tp)
     return held + (profile.params - profile.block_params) / at.tp
 
 

@@ -49,8 +49,11 @@ def stage_times(profile: ModelProfile, at: Layout) -> StageTimes:
     offload = offload_exposed_s(profile, at, block_f, block_b)
     dense = profile.block_params - profile.expert_params
     outside = profile.params - profile.block_params
-    held = (dense / at.pp + profile.expert_params / (at.pp * at.ep) + outside) / at.tp
-    share_of_states = held / max(profile.params, 1) / (at.state_shards if at.zero else 1)
+    held = (dense / at.pp + outside) / at.tp / (at.state_shards if at.zero else 1)
+    held += profile.expert_params / (at.pp * at.ep * at.expert_tp) / (
+        at.expert_state_shards if at.zero else 1
+    )
+    share_of_states = held / max(profile.params, 1)
     optimizer = profile.optimizer_s * share_of_states
     return StageTimes(block_f, block_b, stage + offload, optimizer, offload)
 

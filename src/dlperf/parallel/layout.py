@@ -4,7 +4,10 @@ sharding, the pipeline schedule, and the micro-batches of one step.
 Ranks are numbered tensor-parallel innermost, then context, data and
 pipeline parallel (Megatron-LM's order); expert parallelism is carved out of
 the data-parallel ranks (Megatron-Core: the expert-data-parallel group is
-dp / ep), so GPUs = dp x tp x pp x cp.
+dp / ep, each expert split over the tp GPUs), or, where ep does not divide
+dp, out of the data- and tensor-parallel ranks together (expert tensor
+parallelism 1: whole experts, dp x tp / ep expert-data-parallel ranks), so
+GPUs = dp x tp x pp x cp.
 """
 
 from __future__ import annotations
@@ -79,6 +82,20 @@ class Layout:
     def replicas(self) -> int:
         """Copies of the sharded states (hsdp: one per node group)."""
         return self.dp // self.shard_ranks if self.zero else self.dp
+
+    @property
+    def expert_tp(self) -> int:
+        """GPUs one expert's weights are split over (Megatron-Core's expert tensor
+        parallelism): the tp GPUs where ep divides dp (its default, ETP = TP);
+        none where the expert-parallel group spans the tp GPUs too (ep dividing
+        dp x tp in whole tp groups: ETP = 1, as NVIDIA's MoE recipes set it)."""
+        return self.tp if self.dp % self.ep == 0 else 1
+
+    @property
+    def expert_state_shards(self) -> int:
+        """Ranks one copy of the experts' sharded states is split over: the
+        expert-data-parallel group, state_shards x tp / (ep x expert_tp)."""
+        return max(1, self.state_shards * self.tp // (self.ep * self.expert_tp))
 
     @property
     def activation_split(self) -> int:

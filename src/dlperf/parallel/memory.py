@@ -133,14 +133,14 @@ def _stage_params(profile: ModelProfile, at: Layout, stage: str) -> tuple[float,
         outside = profile.params - profile.block_params
     else:
         outside = profile.pre_params if stage == "first" else profile.post_params
-    return dense_blocks / at.tp, experts / (at.tp * at.ep), outside / at.tp
+    return dense_blocks / at.tp, experts / (at.expert_tp * at.ep), outside / at.tp
 
 
 def _states(profile: ModelProfile, at: Layout, stage: str) -> tuple[float, float, float]:
     blocks, experts, outside = _stage_params(profile, at, stage)
     shards = at.state_shards
     w, g, o = zero_state_bytes(profile, at.zero, shards, blocks + outside)
-    ew, eg, eo = zero_state_bytes(profile, at.zero, max(1, shards // at.ep), experts)
+    ew, eg, eo = zero_state_bytes(profile, at.zero, at.expert_state_shards, experts)
     return w + ew, g + eg, o + eo
 
 

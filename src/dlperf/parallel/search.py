@@ -63,8 +63,12 @@ def problem(
         )
     if cp > 1 and (not seq_len or seq_len % (2 * cp)):
         return f"cp {cp} needs token inputs whose length divides by 2 x cp"
-    if ep > 1 and (not profile.is_moe or profile.experts % ep or dp % ep):
-        return f"ep {ep} needs a mixture-of-experts model whose experts and dp divide by it"
+    if ep > 1 and (not profile.is_moe or profile.experts % ep or not _ep_fits(dp, tp, ep)):
+        return (f"ep {ep} needs a mixture-of-experts model whose experts divide by it, and "
+                "dp dividing by it (or dp x tp, in whole tp groups)")  # fmt: skip
+    if ep > 1 and dp % ep and tp > 1 and not dims["sequence_parallel"]:
+        # Megatron-Core: MoE with tensor parallelism runs sequence parallel
+        return f"ep {ep} across the tp GPUs needs sequence parallelism"
     if dims["sharding"] != "none" and dp == 1:
         return f"sharding {dims['sharding']} needs dp > 1"
     if dims["sharding"] == "zero2" and pp > 1:
@@ -85,6 +89,11 @@ def problem(
     return None
 
 
+def _ep_fits(dp: int, tp: int, ep: int) -> bool:
+    """ep carved out of dp, or out of dp x tp in whole tp groups (`Layout.expert_tp`)."""
+    return dp % ep == 0 or (ep % tp == 0 and (dp * tp) % ep == 0)
+
+
 def _options(fixed, searched):
     return [fixed] if fixed is not None else searched
 
@@ -103,10 +112,11 @@ def _dims(profile: ModelProfile, gpus: int, per_node: int, fixed: ParallelConfig
                 if not dp:
                     continue
                 eps = (
-                    [e for e in _divisors(dp) if profile.experts % e == 0]
+                    [e for e in _divisors(dp * tp)
+                     if profile.experts % e == 0 and _ep_fits(dp, tp, e)]
                     if profile.is_moe
                     else [1]
-                )
+                )  # fmt: skip
                 for ep in _options(fixed.ep, eps):
                     yield from _variants(dict(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep), per_node, fixed)
 
