@@ -157,6 +157,20 @@ def test_expert_all_to_all():
     assert a2a.exposed_time_s == pytest.approx(a2a.count * 3 / 4 * nbytes / 100e9)
 
 
+def test_an_all_to_all_across_nodes_leaves_through_each_gpus_own_nic():
+    """issue 35: an all-to-all of 32 ranks over 4 nodes was priced as a ring whose
+    crossings share the node's 8 NICs (200 GB/s here); its sends to other nodes
+    leave through each GPU's own NIC (25 GB/s)."""
+    from dlperf.parallel.collectives import all_to_all_time_s
+
+    nbytes = 32e6
+    # 8 of the 32 ranks in the node: 7/32 of the buffer over NVLink (100 GB/s, 70 us),
+    # 24/32 through the NIC (25 GB/s: 960 us); at once: the NIC's 960 us
+    assert all_to_all_time_s(nbytes, 32, NET) == pytest.approx(24 / 32 * nbytes / 25e9)
+    # within a node as before: (8 - 1)/8 of it over NVLink
+    assert all_to_all_time_s(nbytes, 8, NET) == pytest.approx(7 / 8 * nbytes / 100e9)
+
+
 def test_expert_all_to_all_hides_behind_another_micro_batch():
     """issue 35: NVIDIA's newer MoE recipes set moe_a2a_overlap (Megatron-Core's
     --overlap-moe-expert-parallel-comm); dlperf exposed every all-to-all."""

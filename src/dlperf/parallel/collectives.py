@@ -47,10 +47,11 @@ def collective_time_s(
     if ranks <= 1 or nbytes <= 0:
         return 0.0
     bus = net.ring_bytes_per_s(ranks, stride)
-    if net.intra_link is None or kind == "all_to_all":
-        # measured or hand-made links, and all-to-all (NCCL runs it as p2p sends)
-        plain = ring_time_s(kind, nbytes, ranks, bus, net.latency_s)
+    if kind == "all_to_all":  # NCCL runs it as point-to-point sends, all at once
+        plain = all_to_all_time_s(nbytes, ranks, net, stride)
         return plain + (net.kernel_latency_s if net.intra_link else 0.0)
+    if net.intra_link is None:  # measured or hand-made links
+        return ring_time_s(kind, nbytes, ranks, bus, net.latency_s)
     c = nccl_constants()
     nodes = ranks if stride >= net.gpus_per_node else math.ceil(ranks * stride / net.gpus_per_node)
     nodes = max(1, min(nodes, ranks))
@@ -61,6 +62,20 @@ def collective_time_s(
     share = _channel_share(nbytes, protocol, threshold_ranks, _channels(net, c), c)
     bandwidth *= share * size_correction(nbytes, protocol)
     return net.kernel_latency_s + latency + nbytes / bandwidth
+
+
+def all_to_all_time_s(nbytes: float, ranks: int, net: Interconnect, stride: int = 1) -> float:
+    """An all-to-all of `nbytes` a GPU: it sends one `ranks`-th to every other
+    rank at once, to those in its node over NVLink and to the rest through
+    its own NIC (`inter_node_bytes_per_s`; a ring spreads its crossing over
+    the node's NICs, point-to-point sends cannot); the slower of the two sets
+    the time."""
+    if net.within_node(ranks, stride):
+        return ring_time_s("all_to_all", nbytes, ranks, net.intra_ring_bytes_per_s, net.latency_s)
+    in_node = max(1, min(ranks, net.gpus_per_node // max(stride, 1)))
+    local = nbytes * (in_node - 1) / ranks / net.intra_ring_bytes_per_s
+    remote = nbytes * (ranks - in_node) / ranks / net.inter_node_bytes_per_s
+    return max(local, remote) + (ranks - 1) * net.latency_s
 
 
 def size_correction(nbytes: float, protocol: str) -> float:
