@@ -41,7 +41,9 @@ How each published field becomes a dlperf option:
   layers (`recompute_num_layers`) have no dlperf option: the row is priced
   without them and its remark says so (memory then overcounts them). CPU
   activation offloading (`cpu_offloading_num_layers`) is `offload_layers`,
-  the experts' all-to-all overlap (`moe_a2a_overlap`) `overlap_ep_comm`.
+  the experts' all-to-all overlap (`moe_a2a_overlap`) `overlap_ep_comm`,
+  the flex dispatcher (`moe_token_dispatcher_type: flex`, or a DeepEP or
+  HybridEP `moe_flex_dispatcher_backend`) `moe_dispatcher flex`.
 
 A row dlperf cannot say (no architecture in the data, a precision it has
 not, a model its tracer refuses) is listed as skipped with the reason and
@@ -135,8 +137,10 @@ def _step(row: dict, remarks: list[str]) -> dict:
         remarks.append(f"block recompute of {settings['recompute_num_layers']} layers not priced")
     offload = settings.get("cpu_offloading_num_layers") or None
     overlap = any(settings.get(k) for k in ("moe_a2a_overlap", "overlap_moe_expert_parallel_comm"))
+    flex = (settings.get("moe_token_dispatcher_type") == "flex"
+            or settings.get("moe_flex_dispatcher_backend") in ("deepep", "hybridep"))  # fmt: skip
     return {"cuda_graphs": graphs, "checkpoint": checkpoint, "offload_layers": offload,
-            "overlap_ep_comm": overlap}  # fmt: skip
+            "overlap_ep_comm": overlap, "moe_dispatcher": "flex" if flex else None}  # fmt: skip
 
 
 def case_of(row: dict) -> Case:

@@ -169,6 +169,12 @@ def test_an_all_to_all_across_nodes_leaves_through_each_gpus_own_nic():
     assert all_to_all_time_s(nbytes, 32, NET) == pytest.approx(24 / 32 * nbytes / 25e9)
     # within a node as before: (8 - 1)/8 of it over NVLink
     assert all_to_all_time_s(nbytes, 8, NET) == pytest.approx(7 / 8 * nbytes / 100e9)
+    # DeepEP's dispatch of top-8 copies: a token reaches 3 x (1 - (3/4)^8) = 2.70 other
+    # nodes of 4, once each: 32e6 / 8 x 2.70 = 10.8 MB through the NIC (432 us), not the
+    # plain 24 MB; its copies on within the node, 31/32 over NVLink (310 us), at once
+    remote = nbytes / 8 * 3 * (1 - 0.75**8) / 25e9
+    assert all_to_all_time_s(nbytes, 32, NET, top_k=8) == pytest.approx(remote)
+    assert remote == pytest.approx(432e-6, rel=1e-3)
 
 
 def test_expert_all_to_all_hides_behind_another_micro_batch():
@@ -193,6 +199,10 @@ def test_expert_all_to_all_hides_behind_another_micro_batch():
     model = "hf:llama:layers=2,hidden=128,heads=4,kv_heads=2,mlp=256,vocab=1000"
     with pytest.raises(dlperf.DlperfError, match="has no experts"):
         dlperf.plan(model, gpu="h100", gpus=2, overlap_ep_comm=True)
+    with pytest.raises(dlperf.DlperfError, match="has no experts"):
+        dlperf.plan(model, gpu="h100", gpus=2, moe_dispatcher="flex")
+    with pytest.raises(dlperf.DlperfError, match="moe-dispatcher"):
+        dlperf.plan(model, gpu="h100", gpus=2, moe_dispatcher="deepep")
     with pytest.raises(dlperf.DlperfError, match="give it to dlperf plan"):
         dlperf.analyze(model, gpu="h100", overlap_ep_comm=True)
 

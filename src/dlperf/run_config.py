@@ -112,10 +112,16 @@ class ParallelConfig:
     # the experts' all-to-alls hidden behind another micro-batch's compute
     # (Megatron-Core's --overlap-moe-expert-parallel-comm)
     overlap_ep_comm: bool = False
+    # how the experts' tokens are dispatched (Megatron-Core's
+    # --moe-token-dispatcher-type): alltoall, or flex (DeepEP, HybridEP)
+    moe_dispatcher: str | None = None
     node_network_bytes_per_s: float | None = None
     measured_interconnect: dict | None = field(default=None, hash=False)
 
 
+# Megatron-Core's token dispatchers: NCCL's all-to-all, or the flex one (DeepEP,
+# HybridEP) that sends a token to another node once for all its experts there.
+MOE_DISPATCHERS = ("alltoall", "flex")
 # The KV cache block sizes vLLM's CacheConfig takes (its BlockSize literal).
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
 # The most requests one simulation sends. They stream through the engine (drawn
@@ -201,6 +207,8 @@ APPLIES = {
 WHY_NOT = {
     "reduce_dtype": "is how data parallelism reduces the gradients, and one GPU's step reduces "
     "none: give it to dlperf plan, or drop it",
+    "moe_dispatcher": "dispatches expert parallelism's tokens, which only a plan has: give it "
+    "to dlperf plan, or drop it",
     "overlap_ep_comm": "overlaps expert parallelism's all-to-alls, which only a plan has: give "
     "it to dlperf plan, or drop it",
     "offload_layers": "is priced by dlperf plan (Megatron-Core's activation offloading): give it "
@@ -328,6 +336,8 @@ def _check_values(config: RunConfig) -> None:
     _choice("kernels", step.kernels, KERNELS)
     if par.reduce_dtype is not None:
         _choice("--reduce-dtype", par.reduce_dtype, REDUCE_DTYPES)
+    if par.moe_dispatcher is not None:
+        _choice("--moe-dispatcher", par.moe_dispatcher, MOE_DISPATCHERS)
     if par.sharding is not None:
         _choice("--sharding", par.sharding, SHARDINGS)
     _choice("sampling", serving.sampling, SAMPLERS)

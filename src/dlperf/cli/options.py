@@ -12,7 +12,14 @@ from ..dtypes import DTYPES
 from ..errors import DlperfError
 from ..optimizer import OPTIMIZERS
 from ..precision import AUTO, POLICIES, SPARSITIES
-from ..run_config import ATTENTION, REDUCE_DTYPES, SAMPLERS, SHARDINGS, RunConfig
+from ..run_config import (
+    ATTENTION,
+    MOE_DISPATCHERS,
+    REDUCE_DTYPES,
+    SAMPLERS,
+    SHARDINGS,
+    RunConfig,
+)
 from ..tracing.losses import LOSSES
 
 
@@ -423,6 +430,13 @@ PLAN = (
         default=None,
         exclusive="sequence-parallel",
         help="tp without sequence parallelism (default: searched)",
+    ),
+    option(
+        "--moe-dispatcher",
+        api="moe_dispatcher",
+        choices=list(MOE_DISPATCHERS),
+        help="how expert parallelism moves tokens: alltoall (NCCL's, the default) or flex "
+        "(DeepEP, HybridEP: a token crosses to another node once for all its experts there)",
     ),
     option(
         "--overlap-ep-comm",

@@ -64,18 +64,27 @@ def collective_time_s(
     return net.kernel_latency_s + latency + nbytes / bandwidth
 
 
-def all_to_all_time_s(nbytes: float, ranks: int, net: Interconnect, stride: int = 1) -> float:
+def all_to_all_time_s(nbytes: float, ranks: int, net: Interconnect, stride: int = 1,
+                      top_k: int = 0) -> float:  # fmt: skip
     """An all-to-all of `nbytes` a GPU: it sends one `ranks`-th to every other
     rank at once, to those in its node over NVLink and to the rest through
     its own NIC (`inter_node_bytes_per_s`; a ring spreads its crossing over
     the node's NICs, point-to-point sends cannot); the slower of the two sets
-    the time."""
+    the time. With `top_k` (a dispatch of `top_k` copies of each token, one
+    per expert, as DeepEP's and HybridEP's kernels run it) a token crosses to
+    another node once for all its experts there and is copied on within it
+    over NVLink: experts drawn evenly over N nodes, a token reaches (N - 1)
+    (1 - (1 - 1/N)^k) other nodes on average."""
     if net.within_node(ranks, stride):
         return ring_time_s("all_to_all", nbytes, ranks, net.intra_ring_bytes_per_s, net.latency_s)
     in_node = max(1, min(ranks, net.gpus_per_node // max(stride, 1)))
     local = nbytes * (in_node - 1) / ranks / net.intra_ring_bytes_per_s
-    remote = nbytes * (ranks - in_node) / ranks / net.inter_node_bytes_per_s
-    return max(local, remote) + (ranks - 1) * net.latency_s
+    remote = nbytes * (ranks - in_node) / ranks
+    if top_k:
+        nodes = max(2, ranks // in_node)
+        remote = nbytes / top_k * (nodes - 1) * (1 - (1 - 1 / nodes) ** top_k)
+        local = nbytes * (ranks - 1) / ranks / net.intra_ring_bytes_per_s  # the copies on
+    return max(local, remote / net.inter_node_bytes_per_s) + (ranks - 1) * net.latency_s
 
 
 def size_correction(nbytes: float, protocol: str) -> float:

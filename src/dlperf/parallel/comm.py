@@ -21,7 +21,9 @@ said):
 - ep: two all-to-alls per MoE layer forward (dispatch, combine) and two
   backward, of tokens x top-k x hidden x activation bytes, (ep-1)/ep of
   them leaving each GPU; with `--overlap-ep-comm` each runs behind another
-  micro-batch's compute (`overlapped_all_to_all_s`).
+  micro-batch's compute (`overlapped_all_to_all_s`); with the flex
+  dispatcher (`--moe-dispatcher flex`: DeepEP, HybridEP) a token crosses to
+  another node once for all its experts there (`all_to_all_time_s`).
 - fsdp/hsdp: every wrapped block is all-gathered for forward and again for
   backward (FULL_SHARD frees it after forward) and its gradients
   reduce-scattered, for every micro-batch; prefetch overlaps each with the
@@ -52,7 +54,7 @@ from dataclasses import dataclass
 
 from ..hardware.spec import SPECS_DIR, tomllib
 from ..jsonable import Jsonable
-from .collectives import collective_time_s, send_time_s
+from .collectives import all_to_all_time_s, collective_time_s, send_time_s
 from .compute import StageTimes
 from .layout import Layout
 from .memory import math_weight_bytes, stage_blocks
@@ -135,7 +137,11 @@ def _per_micro_batch(
         nbytes = tokens * profile.top_k * profile.moe_hidden * profile.activation_itemsize
         # ep groups of whole tp groups run over neighbouring ranks (ETP = 1)
         stride = at.tp * at.cp if at.expert_tp > 1 or at.dp % at.ep == 0 else 1
-        one = collective_time_s("all_to_all", nbytes, at.ep, net, stride)
+        if profile.ep_once_per_node:
+            one = all_to_all_time_s(nbytes, at.ep, net, stride, top_k=profile.top_k)
+            one += net.kernel_latency_s if net.intra_link else 0.0
+        else:
+            one = collective_time_s("all_to_all", nbytes, at.ep, net, stride)
         calls = 4 * profile.moe_layers * blocks / max(profile.blocks, 1)
         exposed = calls * one
         if profile.ep_comm_overlap:

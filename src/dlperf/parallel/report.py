@@ -176,10 +176,12 @@ def plan_report(run: Run, session: Session, micro_batch: int) -> PlanReport:
     batch = global_batch or 4 * gpus * micro_batch
     first = profile(dataclasses.replace(run, checkpoint=checkpoint or "none"), session, micro_batch)
     _check_offloaded_blocks(offload, first)
-    if par.overlap_ep_comm and (not first.moe_layers or par.ep == 1):
-        why = "--ep 1 has no all-to-all" if first.moe_layers else f"{first.name} has no experts"
-        raise DlperfError(f"--overlap-ep-comm overlaps expert parallelism's all-to-alls, and "
-                          f"{why}: drop it")  # fmt: skip
+    for flag, given in (("--overlap-ep-comm", par.overlap_ep_comm),
+                        ("--moe-dispatcher", par.moe_dispatcher)):  # fmt: skip
+        if given and (not first.moe_layers or par.ep == 1):
+            why = "--ep 1 has no all-to-all" if first.moe_layers else f"{first.name} has no experts"
+            raise DlperfError(f"{flag} is about expert parallelism's all-to-alls, and {why}: "
+                              "drop it")  # fmt: skip
     profiles = [
         first if policy == first.checkpoint else
         profile(dataclasses.replace(run, checkpoint=policy), session, micro_batch)
@@ -187,7 +189,8 @@ def plan_report(run: Run, session: Session, micro_batch: int) -> PlanReport:
     ]  # fmt: skip
     host = run.spec.pcie_bandwidth_bytes_per_s or 0.0
     how = {"offload_layers": offload, "host_bytes_per_s": host,
-           "ep_comm_overlap": bool(par.overlap_ep_comm)}  # fmt: skip
+           "ep_comm_overlap": bool(par.overlap_ep_comm),
+           "ep_once_per_node": par.moe_dispatcher == "flex"}  # fmt: skip
     profiles = [replace(p, **how) for p in profiles]
     net = _network(run, gpus, gpus_per_node, par.node_network_bytes_per_s,
                    par.measured_interconnect)  # fmt: skip
