@@ -386,3 +386,19 @@ def test_expert_parallelism_across_the_tp_gpus_keeps_whole_experts():
     assert "needs sequence parallelism" in problem(p, 8, 32, dims, 1024)
     assert problem(p, 8, 32, {**dims, "sequence_parallel": True}, 1024) is None
     assert "divide" in problem(p, 8, 32, {**dims, "ep": 3}, 1024)  # 8 experts, dp x tp 8
+
+
+def test_interleaving_counts_the_embedding_and_the_loss_as_a_virtual_stage_each():
+    """issue 35: NVIDIA runs Llama-3.1 405B's 126 blocks at pp 16 x V 8 = 128 virtual
+    stages (Megatron-Core's account_for_embedding/loss_in_pipeline_split); dlperf
+    refused the plan, saying m must be a multiple of pp, which it was (384 / 16)."""
+    from dlperf.parallel.search import problem
+
+    schedule = parse_schedule("interleaved:8")
+    assert schedule.allows(16, 384, 126)  # 126 + 2 = 128 = 16 x 8
+    assert not schedule.allows(16, 384, 125)
+    p = _profile(blocks=125)
+    dims = dict(dp=1, tp=1, pp=16, cp=1, ep=1, sharding="none", schedule=schedule,
+                sequence_parallel=False)  # fmt: skip
+    why = problem(p, 16, 384, dims, 0)
+    assert "128 virtual stages" in why and "multiple of pp" not in why

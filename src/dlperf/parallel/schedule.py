@@ -65,9 +65,14 @@ class Schedule:
         if self.kind == "none":
             return False
         if self.kind == "interleaved":
-            return micro_batches % stages == 0 and blocks >= stages * self.chunks
+            return micro_batches % stages == 0 and blocks + OUTSIDE_CHUNKS >= stages * self.chunks
         return True
 
+
+# The embedding and the loss may each stand in a virtual stage's place
+# (Megatron-Core's account_for_embedding_in_pipeline_split and
+# account_for_loss_in_pipeline_split: Llama-3.1 405B's 126 blocks run as 16 x 8).
+OUTSIDE_CHUNKS = 2
 
 NO_PIPELINE = Schedule("none")
 

@@ -82,9 +82,12 @@ def problem(
     if not schedule.allows(pp, m, profile.blocks):
         if pp == 1:
             return f"schedule {schedule.name} needs pp > 1"
+        why = ("m a multiple of pp" if m % pp else
+               f"pp x V = {pp * schedule.chunks} virtual stages of a block at least, counting "
+               "the embedding and the loss as one each")  # fmt: skip
         return (
             f"schedule {schedule.name} cannot run {pp} stages with {m} micro-batches "
-            f"and {profile.blocks} blocks (interleaved needs m a multiple of pp)"
+            f"and {profile.blocks} blocks (interleaved needs {why})"
         )
     return None
 
