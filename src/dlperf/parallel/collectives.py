@@ -37,18 +37,19 @@ GROUP_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
 def collective_time_s(
-    kind: str, nbytes: float, ranks: int, net: Interconnect, stride: int = 1
+    kind: str, nbytes: float, ranks: int, net: Interconnect, stride: int = 1, top_k: int = 0
 ) -> float:
     """Seconds of one collective of `nbytes` (the whole buffer) over `ranks`
     GPUs `stride` ranks apart: NCCL's pick of algorithm and protocol, on the
-    channels the message fills, plus the kernel launch."""
+    channels the message fills, plus the kernel launch (an all-to-all's
+    `top_k`: `all_to_all_time_s`)."""
     if kind not in GROUP_COLLECTIVES:
         raise ValueError(f"unknown collective {kind!r}")
     if ranks <= 1 or nbytes <= 0:
         return 0.0
     bus = net.ring_bytes_per_s(ranks, stride)
     if kind == "all_to_all":  # NCCL runs it as point-to-point sends, all at once
-        plain = all_to_all_time_s(nbytes, ranks, net, stride)
+        plain = all_to_all_time_s(nbytes, ranks, net, stride, top_k)
         return plain + (net.kernel_latency_s if net.intra_link else 0.0)
     if net.intra_link is None:  # measured or hand-made links
         return ring_time_s(kind, nbytes, ranks, bus, net.latency_s)

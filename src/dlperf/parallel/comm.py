@@ -23,7 +23,7 @@ said):
   them leaving each GPU; with `--overlap-ep-comm` each runs behind another
   micro-batch's compute (`overlapped_all_to_all_s`); with the flex
   dispatcher (`--moe-dispatcher flex`: DeepEP, HybridEP) a token crosses to
-  another node once for all its experts there (`all_to_all_time_s`).
+  another node once for all its experts there (`collectives.all_to_all_time_s`).
 - fsdp/hsdp: every wrapped block is all-gathered for forward and again for
   backward (FULL_SHARD frees it after forward) and its gradients
   reduce-scattered, for every micro-batch; prefetch overlaps each with the
@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 from ..hardware.spec import SPECS_DIR, tomllib
 from ..jsonable import Jsonable
-from .collectives import all_to_all_time_s, collective_time_s, send_time_s
+from .collectives import collective_time_s, send_time_s
 from .compute import StageTimes
 from .layout import Layout
 from .memory import math_weight_bytes, stage_blocks
@@ -135,13 +135,10 @@ def _per_micro_batch(
     if at.ep > 1 and profile.moe_layers:
         tokens = profile.moe_tokens / (at.cp * at.activation_split)
         nbytes = tokens * profile.top_k * profile.moe_hidden * profile.activation_itemsize
-        # ep groups of whole tp groups run over neighbouring ranks (ETP = 1)
-        stride = at.tp * at.cp if at.expert_tp > 1 or at.dp % at.ep == 0 else 1
-        if profile.ep_once_per_node:
-            one = all_to_all_time_s(nbytes, at.ep, net, stride, top_k=profile.top_k)
-            one += net.kernel_latency_s if net.intra_link else 0.0
-        else:
-            one = collective_time_s("all_to_all", nbytes, at.ep, net, stride)
+        # ep carved out of dp: ranks tp x cp apart; out of dp x tp (ETP 1): neighbours
+        stride = at.tp * at.cp if at.dp % at.ep == 0 else 1
+        once = profile.top_k if profile.ep_once_per_node else 0
+        one = collective_time_s("all_to_all", nbytes, at.ep, net, stride, top_k=once)
         calls = 4 * profile.moe_layers * blocks / max(profile.blocks, 1)
         exposed = calls * one
         if profile.ep_comm_overlap:

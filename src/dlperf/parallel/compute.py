@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .layout import Layout
-from .memory import block_activations, stage_blocks
+from .memory import block_activations, offloaded_blocks, stage_blocks
 from .profile import ModelProfile
 
 
@@ -65,7 +65,7 @@ def offload_exposed_s(profile: ModelProfile, at: Layout, forward_s: float,
     forward and come back while the one after it runs its backward (Transformer
     Engine's offload handler, on a stream of its own); a copy longer than
     that block's compute shows by the difference."""
-    offloaded = min(profile.offload_layers, stage_blocks(profile, at))
+    offloaded = offloaded_blocks(profile, at)
     if not offloaded:
         return 0.0
     copy = block_activations(profile, at)[0] / profile.host_bytes_per_s

@@ -176,14 +176,17 @@ def block_activations(profile: ModelProfile, at: Layout) -> tuple[float, float]:
     return whole, 0.0
 
 
+def offloaded_blocks(profile: ModelProfile, at: Layout) -> int:
+    """Blocks of a stage whose saved activations go to host memory (`--offload-layers`)."""
+    return min(profile.offload_layers, stage_blocks(profile, at))
+
+
 def held_blocks(profile: ModelProfile, at: Layout) -> int:
     """Blocks of a stage whose saved activations are on the GPU at the end of
     forward, the peak: with offloading (Megatron-Core's, through Transformer
     Engine's offload handler: pp 1 only) the first blocks' are in host memory
     then; each comes back once backward has freed the blocks after it."""
-    blocks = stage_blocks(profile, at)
-    offloaded = min(profile.offload_layers, blocks)
-    return blocks - offloaded
+    return stage_blocks(profile, at) - offloaded_blocks(profile, at)
 
 
 def _stage_activations(profile: ModelProfile, at: Layout, stage: str) -> tuple[float, float]:

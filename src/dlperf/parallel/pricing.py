@@ -12,7 +12,7 @@ from ..jsonable import fields_dict, jsonable
 from .comm import Collective, collectives
 from .compute import stage_times
 from .layout import Layout
-from .memory import MemoryPerGpu, memory_per_gpu, stage_blocks
+from .memory import MemoryPerGpu, memory_per_gpu, offloaded_blocks
 from .network import Interconnect
 from .profile import ModelProfile
 
@@ -109,7 +109,7 @@ def price(profile: ModelProfile, spec: HardwareSpec, net: Interconnect, at: Layo
         sharding=at.sharding,
         schedule=at.schedule.name,
         checkpoint=profile.checkpoint,
-        offload_layers=min(profile.offload_layers, stage_blocks(profile, at)),
+        offload_layers=offloaded_blocks(profile, at),
         offload_exposed_s=m * times.offload_s,
         sequence_parallel=at.sequence_parallel,
         bubble_time_s=bubble,

@@ -250,12 +250,12 @@ class EngineState:
         """The requests that have arrived by now join the waiting queue, up to its window."""
         while (got := self.arrivals.take(self.now, self.window - len(self.waiting))) is not None:
             chunk, taken = got
-            if taken.stop - taken.start == 1:  # one at a time (a rate's arrivals): scalars
-                self._arrive_one(chunk, taken.start)
-                continue
-            first = self.arrivals.number - (taken.stop - taken.start)
-            slots = self._slots(taken.stop - taken.start)
-            self.number[slots] = np.arange(first, self.arrivals.number)
+            n = taken.stop - taken.start
+            slots = self._slots(n)
+            numbers = np.arange(self.arrivals.number - n, self.arrivals.number)
+            if n == 1:  # one at a time (a rate's arrivals): scalar indices, numpy's fast path
+                (slots,), taken, (numbers,) = slots.tolist(), taken.start, numbers.tolist()
+            self.number[slots] = numbers
             self.arrival[slots] = chunk.arrival_s[taken]
             self.prompt[slots] = chunk.input_len[taken]
             self.output[slots] = chunk.output_len[taken]
@@ -266,21 +266,7 @@ class EngineState:
                 self.shares_prefixes = True
                 self.group[slots], self.prefix[slots] = chunk.group[taken], chunk.prefix_len[taken]
             self.stage[slots] = -1 if chunk.stage is None else chunk.stage[taken]
-            self.waiting.extend(slots.tolist())
-
-    def _arrive_one(self, chunk: Workload, i: int) -> None:
-        """`_arrive` of one request, field by field."""
-        (r,) = self._slots(1).tolist()
-        self.number[r] = self.arrivals.number - 1
-        self.arrival[r] = chunk.arrival_s[i]
-        self.prompt[r], self.output[r] = chunk.input_len[i], chunk.output_len[i]
-        self.computed[r] = self.generated[r] = self.held[r] = self.admitted[r] = 0
-        self.last_token[r], self.first_token[r] = 0.0, math.nan
-        if chunk.prefix_len is not None:
-            self.shares_prefixes = True
-            self.group[r], self.prefix[r] = chunk.group[i], chunk.prefix_len[i]
-        self.stage[r] = -1 if chunk.stage is None else chunk.stage[i]
-        self.waiting.append(r)
+            self.waiting.extend([slots] if n == 1 else slots.tolist())
 
     def _record(self) -> None:
         """The finished requests gathered so far, into the run's latencies at once."""

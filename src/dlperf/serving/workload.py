@@ -116,13 +116,7 @@ class Requests:
 
     def lengths(self):
         """The requests' lengths, chunk by chunk: (inputs, outputs, groups, prefixes)."""
-        rng = np.random.default_rng(self.seed)
-        for start in range(0, self.drawn, CHUNK):
-            if start >= self.count:
-                return
-            drawn = self.draw(start, min(CHUNK, self.drawn - start), rng)
-            keep = self.count - start
-            yield tuple(None if v is None else v[:keep] for v in drawn)
+        yield from _chunks(self.draw, self.drawn, self.count, np.random.default_rng(self.seed))
 
     def arriving(self, request_rate: float = math.inf) -> Stream:
         """The requests arriving at `request_rate` per second, in arrival order."""
@@ -244,6 +238,13 @@ class _Staged:
         return np.concatenate(times), np.concatenate(stage)
 
 
+def _chunks(draw: Callable, drawn: int, count: int, rng):
+    """The first `count` of `drawn` requests' lengths, drawn `CHUNK` at a time."""
+    for start in range(0, min(drawn, count), CHUNK):
+        found = draw(start, min(CHUNK, drawn - start), rng)
+        yield tuple(None if v is None else v[: count - start] for v in found)
+
+
 def requests(dataset: str, num_prompts: int | None = None, seed: int = 0) -> Requests:
     """`num_prompts` requests of `dataset`, their lengths drawn with `seed`;
     None: every request of a file of timestamps, else DEFAULT_PROMPTS. One
@@ -257,8 +258,7 @@ def requests(dataset: str, num_prompts: int | None = None, seed: int = 0) -> Req
     else:
         count, draw, given = _source(dataset, num_prompts)
     rng, longest = np.random.default_rng(seed), [0, 0, 0]
-    for start in range(0, count, CHUNK):  # as `Requests.lengths` draws them
-        inputs, outputs, _, _ = draw(start, min(CHUNK, count - start), rng)
+    for inputs, outputs, _, _ in _chunks(draw, count, count, rng):
         longest = [max(longest[0], int(inputs.max())), max(longest[1], int(outputs.max())),
                    max(longest[2], int((inputs + outputs).max()))]  # fmt: skip
     return Requests(dataset, count, seed, draw, count, rng.bit_generator.state, *longest, given)
