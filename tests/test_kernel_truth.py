@@ -135,6 +135,24 @@ def test_power_limit_is_refused_above_the_tdp_below_idle_and_on_the_cpu():
         dlperf.gpu("cpu", power_limit=100)
 
 
+def test_gb200_holds_the_clock_its_1200_watts_feed_the_b200s_silicon():
+    b200, gb200 = dlperf.gpu("b200"), dlperf.gpu("gb200")
+    eff = b200.efficiency
+    idle = eff.idle_power_share * b200.tdp_watts  # 100 W, the silicon's
+    # 1856 MHz x ((1200 - 100) / (1000 - 100)) ** (1 / 3.82) = 1956 MHz, not the rated 2062
+    held = b200.tensor_core_clock_mhz * (
+        (gb200.tdp_watts - idle) / (b200.tdp_watts - idle)
+    ) ** (1 / eff.power_clock_exponent)
+    assert gb200.sustained_tensor_clock_mhz == pytest.approx(held, abs=1)
+    assert gb200.sustained_clock_fraction(True) == pytest.approx(held / 2062, rel=1e-3)
+    assert gb200.sustained_clock_fraction(False) == 1.0  # CUDA cores and HBM: unchanged
+    fast = dlperf.gemm(16384, 16384, 16384, dtype="fp8", gpu="gb200")
+    slow = dlperf.gemm(16384, 16384, 16384, dtype="fp8", gpu="b200")
+    # a large math-bound GEMM runs 1956 / 1856 = 1.054x the B200's, not 2062 / 1856 = 1.111x
+    ratio = fast.achieved_flops_per_s / slow.achieved_flops_per_s
+    assert ratio == pytest.approx(held / 1856, rel=0.01)
+
+
 def test_power_limit_from_a_spec_file(tmp_path):
     text = (SPECS_DIR / "h100-sxm5-80gb.toml").read_text()
     path = tmp_path / "capped.toml"

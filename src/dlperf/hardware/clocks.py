@@ -1,6 +1,6 @@
 """The clock a card sustains under a full math load, within its power limit.
 
-Two effects, each from its own evidence:
+Three effects, each from its own evidence:
 
 - Cards whose TDP cannot feed their units at the datasheet clock (the 70-75 W
   T4, P4, L4): their demand grows linearly with the clock, per CUDA core or
@@ -15,6 +15,13 @@ Two effects, each from its own evidence:
   at 1830 MHz and the 400 W H100 NVL at 1545 MHz (835 dense fp16 TFLOPS on
   132 SMs): with an idle tenth of 700 W, (400 - 70) / (700 - 70) =
   (1545 / 1830) ** a gives a = ln(0.5238) / ln(0.8443) = 3.82.
+
+- A part whose datasheet rates the same silicon faster than its sibling, at a
+  higher power, by more than the power law above grants
+  (`sustained_tensor_clock_mhz`): GB200 is rated 2062 MHz at 1200 W, the
+  B200 1856 MHz at 1000 W, but 200 W more feed the B200's silicon only
+  1856 x (1100 / 900) ** (1 / 3.82) = 1956 MHz (its idle a tenth of 1000 W).
+  Its spec gives that clock; a full Tensor Core load runs at it.
 
 A power cap slows memory-bound work too (`power_bandwidth_fraction`): HBM
 runs on its own clock, but moving a byte costs energy (the DRAM's own pJ/bit,
@@ -81,7 +88,19 @@ def power_bandwidth_fraction(spec: HardwareSpec) -> float:
     return min(1.0, max(0.0, limit - idle) / streaming)
 
 
+def _sustained_tensor_fraction(spec: HardwareSpec, tensor_cores: bool) -> float:
+    """Below 1 where the spec gives a sustained Tensor Core clock under its rated one."""
+    rated, held = spec.tensor_core_clock_mhz, spec.sustained_tensor_clock_mhz
+    if not tensor_cores or not rated or not held:
+        return 1.0
+    return min(1.0, held / rated)
+
+
 def sustained_clock_fraction(spec: HardwareSpec, tensor_cores: bool = False) -> float:
     """Fraction of the rated clock held under a full math load (1.0 when no
     TDP or demand is known)."""
-    return _linear_demand_fraction(spec, tensor_cores) * power_cap_fraction(spec)
+    return (
+        _linear_demand_fraction(spec, tensor_cores)
+        * _sustained_tensor_fraction(spec, tensor_cores)
+        * power_cap_fraction(spec)
+    )

@@ -227,6 +227,9 @@ class HardwareSpec:
     chip: str = ""
     compute_capability: str = ""
     tensor_core_clock_mhz: float | None = None
+    # The Tensor Core clock a full load holds where the card's TDP cannot feed the
+    # rated one (`hardware.clocks`); None: the rated clock.
+    sustained_tensor_clock_mhz: float | None = None
     tdp_watts: float | None = None
     # A cap below the TDP (`nvidia-smi -pl`, `--power-limit`): the clock drops to
     # what the cap feeds (`hardware.clocks`). None: the card's own TDP.
@@ -346,6 +349,7 @@ _OPTIONAL = {
     "chip": str,
     "compute_capability": str,
     "tensor_core_clock_mhz": float,
+    "sustained_tensor_clock_mhz": float,
     "tdp_watts": float,
     "power_limit_watts": float,
     "torch_version": str,
