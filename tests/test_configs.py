@@ -362,3 +362,83 @@ def test_megatrons_fusion_offload_and_overlap_flags_become_options(tmp_path):
     job = read_config(path, gpus=8)
     assert "offload_layers" not in job.parallel
     assert any(f.name == "--cpu-offloading-num-layers" and f.ignored for f in job.fields)
+
+
+MIXTRAL_ARGS = (
+    "pretrain_gpt.py --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 "
+    "--num-attention-heads 32 --group-query-attention --num-query-groups 8 --swiglu "
+    "--num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 8 --moe-grouped-gemm "
+    "--moe-token-dispatcher-type alltoall --moe-router-load-balancing-type aux_loss "
+    "--moe-aux-loss-coeff 1e-2 --moe-permute-fusion --seq-length 4096 "
+    "--padded-vocab-size 32000 --micro-batch-size 1 --global-batch-size 256 --bf16"
+)
+
+
+def _megatron_job(tmp_path, args: str, gpus: int = 8):
+    path = tmp_path / "run.sh"
+    path.write_text(args + "\n")
+    return read_config(path, gpus=gpus)
+
+
+def test_megatron_moe_arguments_become_mixtrals_layer_and_expert_parallelism(tmp_path):
+    """issue 35, item 4: --num-experts was refused ("not read yet")."""
+    job = _megatron_job(tmp_path, MIXTRAL_ARGS)
+    assert job.model.startswith("hf:mixtral:")
+    # --moe-ffn-hidden-size unset: the experts are --ffn-hidden-size wide, as Megatron's default
+    for part in ("num_local_experts=8", "num_experts_per_tok=2", "intermediate_size=14336"):
+        assert part in job.model
+    assert job.parallel["ep"] == 8 and job.parallel["moe_dispatcher"] == "alltoall"
+    fields = {f.name: f for f in job.fields}
+    assert "balanced routing" in fields["--moe-aux-loss-coeff"].ignored
+    assert fields["--moe-permute-fusion"].ignored and fields["--moe-grouped-gemm"].became
+    assert job.unknown == []
+    model = dlperf.models.load_model(job.model, batch=1, seq_len=16).module
+    # Mixtral-8x7B's 46.7 B: 32 x (attention 4096 x (4096 + 2 x 1024 + 4096) = 41.9 M,
+    # experts 8 x 3 x 4096 x 14336 = 1409.3 M, router 32.8 K, norms 8.2 K) + 2 x 32000 x 4096
+    per_layer = 4096 * (4096 + 2 * 1024 + 4096) + 8 * 3 * 4096 * 14336 + 8 * 4096 + 2 * 4096
+    expected = 32 * per_layer + 2 * 32000 * 4096 + 4096
+    assert sum(p.numel() for p in model.parameters()) == expected
+
+
+def test_megatron_moe_shared_expert_qk_norm_and_flex_dispatch(tmp_path):
+    args = MIXTRAL_ARGS.replace("--moe-token-dispatcher-type alltoall", "--moe-enable-deepep")
+    job = _megatron_job(tmp_path, args + " --qk-layernorm --kv-channels 128")
+    assert job.model.startswith("hf:qwen3_moe:") and "head_dim=128" in job.model
+    assert "moe_intermediate_size=14336" in job.model
+    assert job.parallel["moe_dispatcher"] == "flex"
+    job = _megatron_job(tmp_path, args + " --moe-shared-expert-intermediate-size 2048")
+    assert job.model.startswith("hf:qwen2_moe:")
+    assert "shared_expert_intermediate_size=2048" in job.model
+    # Megatron's default dispatcher all-gathers: said, and priced as alltoall
+    args = MIXTRAL_ARGS.replace("--moe-token-dispatcher-type alltoall", "")
+    job = _megatron_job(tmp_path, args)
+    assert "moe_dispatcher" not in job.parallel
+    dispatcher = next(f for f in job.fields if f.name == "--moe-token-dispatcher-type")
+    assert "priced as alltoall" in dispatcher.ignored
+
+
+@pytest.mark.parametrize(
+    "extra, gpus, message",
+    [
+        ("--moe-layer-freq 2", 8, "only every layer an MoE layer"),
+        ("--moe-router-topk 9", 8, "more than the 8 experts"),
+        # dp 8 at ep 8: ep divides dp, so the experts split over tp (2 here), not 1
+        ("--tensor-model-parallel-size 2 --expert-tensor-parallel-size 1", 16, "dlperf runs 2"),
+        ("--moe-token-dispatcher-type ring", 8, "expected allgather, alltoall or flex"),
+    ],
+)
+def test_megatron_moe_arguments_dlperf_cannot_run_are_one_line_errors(
+    tmp_path, extra, gpus, message
+):
+    with pytest.raises(DlperfError, match=message):
+        _megatron_job(tmp_path, MIXTRAL_ARGS.replace("--moe-router-topk 2", "") + " " + extra,
+                      gpus)  # fmt: skip
+
+
+def test_megatron_experts_need_swiglu_and_expert_parallelism_needs_experts(tmp_path):
+    gpt = MIXTRAL_ARGS.replace("--swiglu", "")
+    with pytest.raises(DlperfError, match="Llama-shaped models only"):
+        _megatron_job(tmp_path, gpt)
+    dense = MIXTRAL_ARGS.replace("--num-experts 8", "")
+    with pytest.raises(DlperfError, match="needs --num-experts"):
+        _megatron_job(tmp_path, dense)

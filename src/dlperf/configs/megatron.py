@@ -15,6 +15,16 @@ data-parallel ranks (ZeRO-1); gradients are reduced in fp32 unless
 `--cross-entropy-loss-fusion` is `--loss fused`, `--cpu-offloading` with
 `--cpu-offloading-num-layers N` `--offload-layers N`, and
 `--overlap-moe-expert-parallel-comm` `--overlap-ep-comm`.
+
+Mixtures of experts (`--num-experts`, Llama-shaped only): every layer's MLP
+is `--num-experts` SwiGLU experts of `--moe-ffn-hidden-size`, `--moe-router-topk`
+a token, built as Mixtral's layer; with `--qk-layernorm` as Qwen3-MoE's, and
+with `--moe-shared-expert-intermediate-size` as Qwen2-MoE's (its shared expert's
+one-output gate and the attention's biases are a fraction of a percent of the
+layer). `--expert-model-parallel-size` is `--ep`; the flex dispatcher
+(`--moe-token-dispatcher-type flex`, `--moe-enable-deepep`, a DeepEP or
+HybridEP backend) `--moe-dispatcher flex`. dlperf prices balanced routing, so
+the router's own settings are listed as changing nothing.
 """
 
 from __future__ import annotations
@@ -32,6 +42,8 @@ FLAGS_WITH_VALUES = {
     "--recompute-num-layers", "--num-layers-per-virtual-pipeline-stage",
     "--vocab-size", "--padded-vocab-size", "--normalization", "--position-embedding-type",
     "--optimizer", "--kv-channels", "--cpu-offloading-num-layers",
+    "--expert-tensor-parallel-size", "--moe-shared-expert-intermediate-size",
+    "--moe-layer-freq", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend",
 }  # fmt: skip
 SWITCHES = {
     "--sequence-parallel", "--bf16", "--fp16", "--use-flash-attn", "--swiglu",
@@ -39,8 +51,20 @@ SWITCHES = {
     "--untie-embeddings-and-output-weights", "--disable-bias-linear",
     "--accumulate-allreduce-grads-in-fp32", "--use-mcore-models", "--transformer-impl",
     "--overlap-grad-reduce", "--overlap-param-gather", "--fp8-format", "--cpu-offloading",
-    "--overlap-moe-expert-parallel-comm", "--cross-entropy-loss-fusion",
+    "--overlap-moe-expert-parallel-comm", "--cross-entropy-loss-fusion", "--qk-layernorm",
+    "--moe-grouped-gemm", "--moe-enable-deepep", "--moe-permute-fusion", "--moe-router-fusion",
+    "--moe-router-force-load-balancing", "--moe-router-pre-softmax",
+    "--moe-router-enable-expert-bias", "--moe-shared-expert-overlap",
+    "--moe-pad-expert-input-to-capacity",
 }  # fmt: skip
+# The router's settings: which experts a token goes to, which dlperf takes as balanced.
+ROUTER_PREFIXES = (
+    "--moe-router-", "--moe-aux-loss", "--moe-z-loss", "--moe-expert-capacity-factor",
+    "--moe-token-drop-policy", "--moe-pad-expert-input-to-capacity", "--moe-input-jitter",
+)  # fmt: skip
+# How Megatron fuses and overlaps around the experts, which dlperf prices as its default.
+MOE_BUILD = ("--moe-permute-fusion", "--moe-router-fusion", "--moe-shared-expert-overlap")
+FLEX_BACKENDS = ("deepep", "hybridep")
 # Flags that change no step's time or memory (training length, data, logging ...).
 BOOKKEEPING_PREFIXES = (
     "--train-", "--lr", "--min-lr", "--weight-decay", "--adam-", "--init-",
@@ -176,21 +200,27 @@ def _model(job: Job, args: dict, path: str) -> None:
         int(8 * hidden / 3 / 64 + 0.999) * 64 if swiglu else 4 * hidden
     )
     groups = _int(args, "--num-query-groups", path) if "--group-query-attention" in args else heads
+    head_dim = _int(args, "--kv-channels", path)
     if swiglu:
-        spec = (
-            f"hf:llama:hidden_size={hidden},num_hidden_layers={layers},"
+        sizes = (
+            f"hidden_size={hidden},num_hidden_layers={layers},"
             f"num_attention_heads={heads},num_key_value_heads={groups},"
-            f"intermediate_size={ffn},vocab_size={vocab},max_position_embeddings={positions}"
-        )
+            f"vocab_size={vocab},max_position_embeddings={positions}"
+        ) + (f",head_dim={head_dim}" if head_dim else "")
+        experts = _experts(job, args, path, sizes, ffn)
+        spec = experts or f"hf:llama:{sizes},intermediate_size={ffn}"
     else:
+        if head_dim and head_dim * heads != hidden:
+            why = f"{head_dim} x {heads} heads is not --hidden-size {hidden}, as GPT's attention"
+            raise bad(path, "--kv-channels", f"{why} needs; add --swiglu or drop it")
+        if "--num-experts" in args:
+            raise bad(path, "--num-experts", "experts are read for Llama-shaped models only "
+                      "(--swiglu): give hf: an MoE")  # fmt: skip
         spec = (
             f"hf:gpt2:n_embd={hidden},n_layer={layers},n_head={heads},n_inner={ffn},"
             f"vocab_size={vocab},n_positions={positions},attn_pdrop=0,resid_pdrop=0,"
             "embd_pdrop=0,activation_function=gelu_pytorch_tanh"
         )
-    experts = _int(args, "--num-experts", path)
-    if experts:
-        raise bad(path, "--num-experts", "Megatron MoE configs are not read yet: give hf: an MoE")
     job.model = spec
     shape = "a Llama-shaped decoder (SwiGLU)" if swiglu else "GPT (GELU, learned positions)"
     for flag in ("--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
@@ -202,6 +232,77 @@ def _model(job: Job, args: dict, path: str) -> None:
             job.use(flag, args[flag], f"the model's size: {shape}")
     job.options["seq_len"] = seq
     job.use("--seq-length", seq, f"--seq-len {seq}")
+
+
+def _experts(job: Job, args: dict, path: str, sizes: str, ffn: int) -> str | None:
+    """The model spec of a Llama-shaped MoE (None without --num-experts)."""
+    experts = _int(args, "--num-experts", path)
+    if not experts:
+        return None
+    freq = str(args.get("--moe-layer-freq", "1"))
+    if freq != "1":
+        raise bad(path, "--moe-layer-freq", f"{freq!r}: only every layer an MoE layer (1) is read; "
+                  "give hf: a model with dense layers")  # fmt: skip
+    top_k = _int(args, "--moe-router-topk", path, 2)
+    if top_k > experts:
+        raise bad(path, "--moe-router-topk", f"{top_k} is more than the {experts} experts")
+    expert_ffn = _int(args, "--moe-ffn-hidden-size", path, ffn)
+    shared = _int(args, "--moe-shared-expert-intermediate-size", path)
+    if shared:
+        kind = "Qwen2-MoE's layer (with its shared expert)"
+        spec = (
+            f"hf:qwen2_moe:{sizes},num_experts={experts},num_experts_per_tok={top_k},"
+            f"moe_intermediate_size={expert_ffn},shared_expert_intermediate_size={shared}"
+        )
+        if "--qk-layernorm" in args:
+            job.ignore("--qk-layernorm", True, "Qwen2-MoE's layer has no q/k norm: not priced")
+    elif "--qk-layernorm" in args:
+        kind = "Qwen3-MoE's layer (q/k norms)"
+        spec = (
+            f"hf:qwen3_moe:{sizes},num_experts={experts},num_experts_per_tok={top_k},"
+            f"moe_intermediate_size={expert_ffn}"
+        )
+    else:
+        kind = "Mixtral's layer"
+        spec = (
+            f"hf:mixtral:{sizes},num_local_experts={experts},num_experts_per_tok={top_k},"
+            f"intermediate_size={expert_ffn}"
+        )
+    said = f"{experts} experts of {expert_ffn}, {top_k} a token: {kind}"
+    for flag in ("--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
+                 "--moe-shared-expert-intermediate-size", "--moe-layer-freq"):  # fmt: skip
+        if flag in args:
+            job.use(flag, args[flag], said)
+    if "--moe-grouped-gemm" in args:
+        job.use("--moe-grouped-gemm", True, "the experts' GEMMs grouped, as dlperf prices them")
+    for flag in MOE_BUILD:
+        if flag in args:
+            job.ignore(flag, args[flag], "how Megatron fuses or overlaps: its default priced")
+    for flag, value in args.items():
+        if flag.startswith(ROUTER_PREFIXES) and not any(f.name == flag for f in job.fields):
+            job.ignore(flag, value, "how the router picks experts: dlperf prices balanced routing")
+    return spec
+
+
+def _dispatcher(job: Job, args: dict, path: str, ep: int) -> str | None:
+    """--moe-dispatcher from Megatron's token dispatcher flags."""
+    kind = str(args.get("--moe-token-dispatcher-type", "allgather"))
+    backend = args.get("--moe-flex-dispatcher-backend")
+    if "--moe-enable-deepep" in args or backend in FLEX_BACKENDS:
+        kind = "flex"
+    if kind not in ("allgather", "alltoall", "flex"):
+        raise bad(path, "--moe-token-dispatcher-type",
+                  f"expected allgather, alltoall or flex, got {kind!r}")  # fmt: skip
+    if kind == "allgather":
+        if ep > 1:  # Megatron's default: say so even where the flag is not written
+            job.ignore("--moe-token-dispatcher-type", "allgather", "dlperf has no all-gather "
+                       "dispatcher: priced as alltoall (give alltoall or flex)")  # fmt: skip
+        return None
+    for flag in ("--moe-token-dispatcher-type", "--moe-enable-deepep",
+                 "--moe-flex-dispatcher-backend"):  # fmt: skip
+        if flag in args:
+            job.use(flag, args[flag], f"--moe-dispatcher {kind}")
+    return kind
 
 
 def _run(job: Job, args: dict, path: str, gpus: int | None) -> None:
@@ -274,6 +375,15 @@ def _parallel(job: Job, args: dict, path: str, gpus: int | None) -> None:
     plan: dict = {"tp": tp, "pp": pp, "cp": cp}
     plan["sharding"] = "zero1" if "--use-distributed-optimizer" in args else "none"
     plan["sequence_parallel"] = "--sequence-parallel" in args and tp > 1
+    ep = _int(args, "--expert-model-parallel-size", path, 1)
+    if ep > 1 or "--expert-model-parallel-size" in args:
+        if "--num-experts" not in args:
+            raise bad(path, "--expert-model-parallel-size", "needs --num-experts: "
+                      "expert parallelism splits the experts")  # fmt: skip
+        plan["ep"] = ep
+    dispatcher = _dispatcher(job, args, path, ep) if "--num-experts" in args else None
+    if dispatcher:
+        plan["moe_dispatcher"] = dispatcher
     chunks = _int(args, "--num-layers-per-virtual-pipeline-stage", path)
     if pp > 1:
         layers = _int(args, "--num-layers", path)
@@ -287,9 +397,33 @@ def _parallel(job: Job, args: dict, path: str, gpus: int | None) -> None:
     said = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in plan.items())
     for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                  "--context-parallel-size", "--sequence-parallel", "--use-distributed-optimizer",
-                 "--num-layers-per-virtual-pipeline-stage"):  # fmt: skip
+                 "--num-layers-per-virtual-pipeline-stage",
+                 "--expert-model-parallel-size"):  # fmt: skip
         if flag in args:
             job.use(flag, args[flag], said)
+    _expert_tp(job, args, path, plan)
+
+
+def _expert_tp(job: Job, args: dict, path: str, plan: dict) -> None:
+    """--expert-tensor-parallel-size against the one dlperf's layout runs
+    (`parallel.layout.Layout.expert_tp`): tp where ep divides dp, 1 where the
+    expert-parallel group spans the tp GPUs."""
+    if "--expert-tensor-parallel-size" not in args:
+        return
+    given = _int(args, "--expert-tensor-parallel-size", path)
+    dp, ep, tp = plan.get("dp"), plan.get("ep", 1), plan["tp"]
+    if dp is None:
+        job.ignore("--expert-tensor-parallel-size", given, "the layout needs the GPU count: "
+                   "give --gpus")  # fmt: skip
+        return
+    runs = tp if dp % ep == 0 else 1
+    if given == runs:
+        job.use("--expert-tensor-parallel-size", given, f"expert tensor parallelism {runs} "
+                f"(ep {ep} over dp {dp} x tp {tp})")  # fmt: skip
+    else:
+        raise bad(path, "--expert-tensor-parallel-size", f"{given}: dlperf runs {runs} at ep {ep}, "
+                  f"dp {dp}, tp {tp} (tp where ep divides dp, 1 where ep spans the tp GPUs); "
+                  "drop it or change ep")  # fmt: skip
 
 
 def _recompute(job: Job, args: dict, path: str) -> None:
