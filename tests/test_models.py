@@ -207,6 +207,20 @@ def test_falcon_builds_with_its_own_head_size():
     assert model.config.head_dim == 16
 
 
+def test_latent_attention_keeps_its_rotary_width_when_resized():
+    """DeepSeek-V3's head_dim is its rotary part (qk_rope_head_dim 64), not hidden /
+    heads: 7168 / 128 = 56 gave a 28-frequency rotary table that failed to broadcast
+    on 32 (19 of NVIDIA's DeepSeek-V3 rows failed to trace)."""
+    spec = "hf:deepseek_v3:layers=1,hidden=7168,heads=128,kv_heads=128,vocab=1000,experts=4"
+    model = load_model(spec, batch=1, seq_len=8).module
+    assert model.config.head_dim == model.config.qk_rope_head_dim == 64
+    attention = model.model.layers[0].self_attn
+    # queries: 128 heads of 128 (no rotary) + 64 (rotary) = 192 each
+    assert attention.q_b_proj.out_features == 128 * (128 + 64)
+    result = dlperf.analyze(spec, gpu="h100", batch=1, seq_len=64)
+    assert result.params == sum(p.numel() for p in model.parameters())
+
+
 def test_a_new_layer_count_resizes_the_per_layer_lists():
     """Qwen3's default config holds 28 `layer_types`; 40 layers used to fail with an
     IndexError in its 29th layer. Gemma 3's pattern (5 sliding, 1 full) repeats."""

@@ -261,13 +261,16 @@ def configure(config, model_type: str, options: dict[str, str], derive: bool = T
     follows = hasattr(config, "head_dim") and getattr(config, "num_attention_heads", 0)
     sizes = {"hidden", "heads", *SIZE_KEYS["hidden"], *SIZE_KEYS["heads"]}
     resized = bool(sizes & options.keys())
-    if resized and not chosen & head_dim:
+    # multi-head latent attention (DeepSeek-V2/V3): the heads' widths are their own
+    # keys, and head_dim is the rotary part's (`qk_rope_head_dim`), not hidden / heads
+    latent = getattr(config, "qk_rope_head_dim", None)
+    if resized and not chosen & head_dim and not latent:
         _check_heads_divide(config, "hidden", "heads", "each head is hidden / heads wide")
     if kv_keys & options.keys() or resized:
         _check_heads_divide(config, "heads", "kv_heads", "query heads share key/value heads")
     derive = derive or resized
     if derive and follows and not derived and not chosen & head_dim:  # hidden / heads
-        config.head_dim = config.hidden_size // config.num_attention_heads
+        config.head_dim = latent or config.hidden_size // config.num_attention_heads
 
 
 def _positive(key: str, text: str) -> int:
