@@ -442,3 +442,14 @@ def test_megatron_experts_need_swiglu_and_expert_parallelism_needs_experts(tmp_p
     dense = MIXTRAL_ARGS.replace("--num-experts 8", "")
     with pytest.raises(DlperfError, match="needs --num-experts"):
         _megatron_job(tmp_path, dense)
+
+
+def test_vllm_async_scheduling_flags(tmp_path):
+    """vLLM schedules the next step while one runs unless --no-async-scheduling."""
+    path = tmp_path / "serve.sh"
+    path.write_text("vllm serve meta-llama/Llama-3.1-8B --no-async-scheduling --max-num-seqs 64\n")
+    job = read_config(path)
+    assert job.run_options("serve")["async_scheduling"] is False
+    path.write_text("vllm serve meta-llama/Llama-3.1-8B --async-scheduling\n")
+    job = read_config(path)
+    assert "async_scheduling" not in job.run_options("serve") and job.unknown == []

@@ -81,6 +81,20 @@ def test_decodes_and_a_new_prompt_share_a_step():
     assert t.finish_s[0] == 4.0  # tokens at 1, 3 and 4 s
 
 
+def test_async_scheduling_takes_a_request_that_arrives_mid_step_one_step_later():
+    # vLLM's async scheduling: step 2 was scheduled when step 1 began (at 0 s), before
+    # request 1 arrived (0.5 s); it joins step 3, scheduled at 1 s: its first token at 3 s,
+    # not 2 s. Request 0's decodes run back to back as before: tokens at 1, 2, 3 s.
+    costs = SecondPerStep()
+    work = requests([0, 0.5], [8, 8], [3, 3])
+    t = run_engine(work, limits(async_scheduling=True), costs)
+    assert t.first_token_s.tolist() == [1.0, 3.0] and t.finish_s[0] == 3.0
+    assert costs.steps[1] == (1, []) and costs.steps[2] == (1, [(8, 0)])
+    # an idle engine schedules an arrival at once: alone, request 1 emits at 1.5 s
+    t = run_engine(requests([0.5], [8], [3]), limits(async_scheduling=True), SecondPerStep())
+    assert t.first_token_s.tolist() == [1.5]
+
+
 def test_a_scheduler_policy_is_one_registered_function():
     """The extension point: a policy that admits the shortest waiting prompt
     first, registered by name and chosen in the engine's limits."""

@@ -152,6 +152,8 @@ class ServingConfig:
     max_num_seqs: int | None = None
     max_model_len: int | None = None  # tokens a request may hold (default: the model's positions)
     chunked_prefill: bool = True
+    # vLLM's async scheduling (its default): the next step is scheduled while one runs
+    async_scheduling: bool = True
     scheduler: str | None = None  # a registered policy (serving.scheduler); None: chunked_prefill
     prefix_cache_hit_rate: float = 0.0
     dataset: str | None = None

@@ -188,6 +188,7 @@ STATIC_ONLY = {"batch": "--batch", "input_len": "--input-len", "input": "--input
                "output_len": "--output-len", "concurrency": "--concurrency",
                "speculative_config": "--speculative-config"}  # fmt: skip
 SIMULATION_ONLY = {"max_num_seqs": "--max-num-seqs", "no_chunked_prefill": "--no-chunked-prefill",
+                   "no_async_scheduling": "--no-async-scheduling",
                    "prefix_cache_hit_rate": "--prefix-cache-hit-rate",
                    "enforce_eager": "--enforce-eager"}  # fmt: skip
 
@@ -224,6 +225,7 @@ def _simulate(args: Namespace) -> None:
         config = run_config(
             args,
             chunked_prefill=not args.no_chunked_prefill,
+            async_scheduling=not args.no_async_scheduling,
             cuda_graphs=not args.enforce_eager,  # vLLM replays CUDA graphs unless told not to
         )
         report = simulate(None, config)

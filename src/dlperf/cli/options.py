@@ -601,6 +601,13 @@ SIMULATION = (
         help="prompts run whole in steps of their own (vLLM V0's default scheduler)",
     ),
     option(
+        "--no-async-scheduling",
+        action="store_true",
+        help="schedule each step after the last one ends, as vLLM's --no-async-scheduling "
+        "(default: the next step is scheduled while one runs, so a request that arrives "
+        "mid-step waits for the step after next)",
+    ),
+    option(
         "--prefix-cache-hit-rate",
         api="prefix_cache_hit_rate",
         type=probability,

@@ -120,6 +120,8 @@ class Job:
         values = self.cli_values("analyze" if verb == "memory" else verb)
         if values.pop("no_chunked_prefill", False):
             values["chunked_prefill"] = False
+        if values.pop("no_async_scheduling", False):
+            values["async_scheduling"] = False
         if values.pop("enforce_eager", False):
             values["cuda_graphs"] = False
         return values

@@ -100,6 +100,11 @@ def _flag(job: Job, flag: str, value, path: str) -> None:
     elif flag == "--no-enable-chunked-prefill":
         job.serving["no_chunked_prefill"] = True
         job.use(flag, value, "--no-chunked-prefill")
+    elif flag == "--no-async-scheduling":
+        job.serving["no_async_scheduling"] = True
+        job.use(flag, value, "--no-async-scheduling")
+    elif flag == "--async-scheduling":
+        job.use(flag, value, "async scheduling (dlperf's default, as vLLM's)")
     elif flag in ("--host", "--port", "--served-model-name", "--api-key", "--seed",
                   "--max-model-len", "--trust-remote-code", "--disable-log-requests",
                   "--enable-prefix-caching", "--tokenizer", "--download-dir"):  # fmt: skip

@@ -62,6 +62,9 @@ class EngineLimits:
     chunked_prefill: bool = True
     prefix_cache_hit_rate: float = 0.0
     policy: str | None = None  # a name in POLICIES; None: as chunked_prefill says
+    # vLLM's async scheduling (its default since v0.12): the next step is scheduled
+    # while this one runs, so a request that arrives during a step joins the one after next
+    async_scheduling: bool = False
 
     @property
     def scheduling(self) -> Policy:
@@ -222,6 +225,7 @@ class EngineState:
         self.shares_prefixes = False  # a shared-prefix dataset's requests
         self.prefixes_cached: set[int] = set()  # groups whose shared prompt is computed
         self.now = 0.0
+        self.last_start = 0.0  # when the step just run began
 
     def blocks_for(self, tokens) -> int:
         return -(-tokens // self.limits.block_size)
@@ -248,7 +252,11 @@ class EngineState:
 
     def _arrive(self) -> None:
         """The requests that have arrived by now join the waiting queue, up to its window."""
-        while (got := self.arrivals.take(self.now, self.window - len(self.waiting))) is not None:
+        # Under async scheduling the step about to run was scheduled when the last one
+        # began, from the requests there then; an idle engine schedules at once.
+        late = self.limits.async_scheduling and self.running
+        cutoff = self.last_start if late else self.now
+        while (got := self.arrivals.take(cutoff, self.window - len(self.waiting))) is not None:
             chunk, taken = got
             n = taken.stop - taken.start
             slots = self._slots(n)
@@ -383,7 +391,9 @@ class EngineState:
         if emitted:
             self._emit(np.array(emitted, np.int64))
 
-    def _advance(self, seconds: float, batch: int, steps: int = 1) -> None:
+    def _advance(self, seconds: float, batch: int, steps: int = 1, last_s: float = 0.0) -> None:
+        """`steps` steps of `seconds` in all, the last of them `last_s` long (0: all one)."""
+        self.last_start = self.now + seconds - (last_s or seconds)
         self.now += seconds
         self.timings.steps += steps
         self.timings.busy_s += seconds
@@ -453,7 +463,7 @@ class EngineState:
         self.held[ids] = held
         self.timings.itl.add(self.now + times[0] - self.last_token[ids])
         self.timings.itl.add(np.repeat(times[1:], len(ids)))
-        self._advance(float(times.sum()), len(ids), steps)
+        self._advance(float(times.sum()), len(ids), steps, float(times[-1]))
         self.computed[ids] += steps
         self.generated[ids] += steps
         self.last_token[ids] = self.now

@@ -217,6 +217,7 @@ class Simulator:
         self.limits = EngineLimits(
             self.max_num_seqs, self.d.max_num_batched_tokens, blocks, self.d.block_size,
             serving.chunked_prefill, serving.prefix_cache_hit_rate, serving.scheduler,
+            serving.async_scheduling,
         )  # fmt: skip
         # the last decode step reads prompt + output - 2 cached tokens
         self.costs = StepCosts(timeline, self.max_num_seqs, traced, longest - 2)
@@ -254,6 +255,7 @@ class Simulator:
             "block_size": d.block_size,
             "kv_cache_blocks": self.limits.kv_blocks,
             "chunked_prefill": self.limits.chunked_prefill,
+            "async_scheduling": self.limits.async_scheduling,
             "scheduler": self.limits.scheduling.name,
             "prefix_cache_hit_rate": self.limits.prefix_cache_hit_rate,
             "memory": self.memory,
