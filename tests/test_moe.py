@@ -269,3 +269,39 @@ def test_fp8_recipes_run_the_experts_grouped_gemms_in_their_format(policy, gpu, 
     for p, elements in (("f", S * (H + F_SIZE)), ("b", S * (H + 2 * F_SIZE))):
         assert low[p].side_bytes - plain[p].side_bytes == pytest.approx(elements * per_element)
         assert sum(g.flops for g in low[p].gemms) == sum(g.flops for g in plain[p].gemms)
+
+
+# Many small experts: E = 64 of F = 512 on H = 256, T = 64 tokens top-2, 2 rows each:
+# each grouped GEMM streams the 64 experts' weights for a sliver of rows.
+MANY = "hf:mixtral:layers=2,hidden=256,heads=4,kv_heads=2,mlp=512,vocab=1000,num_local_experts=64"
+
+
+def test_expert_parallelism_gives_each_gpu_fewer_experts_with_more_rows():
+    """Under ep GPUs each holds E / ep experts and, the router balanced, gets
+    ep times the rows for each: the same T k rows and FLOPs over 1/ep of the
+    weights. The plan priced the traced layer (all E experts with T k / E rows
+    each) whatever the ep: weight-bound where the real GPU is math-bound."""
+    from dlperf.ops.moe import expert_parallel_costed
+    from dlperf.parallel.compute import stage_times
+    from dlperf.parallel.layout import Layout
+    from dlperf.parallel.profile import profile
+
+    run = resolve(MANY, gpu="h100", precision="amp-bf16", batch=2, seq_len=32)
+    session = Session()
+    forward = _moe_events(session.trace(run), MOE_OP)[0]
+    ctx = CostContext(precision("amp-bf16"))
+    whole, split = (expert_parallel_costed(forward, ctx, ep).cost for ep in (1, 8))
+    # fc1 at ep 8: 64 / 8 = 8 experts, each 8 x 2 = 16 rows (64 x 2 / 8), 2 F wide, K = H
+    assert (split.gemms[0].batch, split.gemms[0].m) == (8, T * K // 8)
+    assert (split.gemms[0].n, split.gemms[0].k) == (2 * F_SIZE, H)
+    assert split.flops == whole.flops  # the same rows through the same matrices
+    gemm_bytes = [sum(g.batch * g.k * g.n for g in c.gemms) for c in (whole, split)]
+    assert gemm_bytes[1] * 8 == gemm_bytes[0]  # 1/8 of the weights
+    model = profile(run, session, 2)
+    assert model.moe_ep_scales[1] == (1.0, 1.0)
+    forward_scale, backward_scale = model.moe_ep_scales[8]
+    # 1/8 of the weights streamed: faster, each GPU still moving every row
+    assert 0 < forward_scale < 1 and 0 < backward_scale < 1
+    times = {ep: stage_times(model, Layout(dp=8, tp=1, pp=1, ep=ep)) for ep in (1, 8)}
+    saved = model.block_moe_forward_s * (1 - forward_scale)
+    assert times[1].block_forward_s - times[8].block_forward_s == pytest.approx(saved)

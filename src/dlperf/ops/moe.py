@@ -38,6 +38,8 @@ recorded and priced as those ops.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..kinds import Category
 from ..precision import LinearFormat
 from ..tracing import OpEvent
@@ -135,11 +137,28 @@ def side_traffic(s: MoeShape, phase: str, weight_item: int) -> tuple[float, floa
     return read, written, flops
 
 
-def _priced(e: OpEvent, ctx: CostContext, phase: str) -> Costed:
+def expert_parallel_costed(e: OpEvent, ctx: CostContext, ep: int) -> Costed:
+    """A traced layer call (`dlperf::moe` or its backward) as one GPU of an
+    expert-parallel group of `ep` runs it, the router balanced: E / ep experts,
+    each given ep times the rows (every rank's T k / E for it), so the same
+    T k rows in all, over 1/ep of the expert weights."""
     s = moe_shape(e)
+    local = replace(s, experts=s.experts // ep, expert_params=s.expert_params // ep)
+    return _priced_shape(local, e.args[2].itemsize, ctx, _phase(e))
+
+
+def _phase(e: OpEvent) -> str:
+    return "forward" if e.op == MOE_OP else "backward"
+
+
+def _priced(e: OpEvent, ctx: CostContext, phase: str) -> Costed:
+    return _priced_shape(moe_shape(e), e.args[2].itemsize, ctx, phase)
+
+
+def _priced_shape(s: MoeShape, weight_item: int, ctx: CostContext, phase: str) -> Costed:
     gemms = expert_gemms(s, phase, ctx)
     item = s.dtype.itemsize
-    side_read, side_written, side_flops = side_traffic(s, phase, e.args[2].itemsize)
+    side_read, side_written, side_flops = side_traffic(s, phase, weight_item)
     side = FORWARD_SIDE_KERNELS if phase == "forward" else BACKWARD_SIDE_KERNELS
     fmt = expert_format(s, ctx)
     operand = fmt.bytes_per_element if fmt else item

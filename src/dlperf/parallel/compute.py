@@ -40,8 +40,9 @@ def _split(seconds: float, share: float, at: Layout) -> float:
 
 def stage_times(profile: ModelProfile, at: Layout) -> StageTimes:
     share = profile.block_split_share
-    block_f = _split(profile.block_forward_s, share, at)
-    block_b = _split(profile.block_backward_s, share, at)
+    forward, backward = profile.block_seconds(at.ep)
+    block_f = _split(forward, share, at)
+    block_b = _split(backward, share, at)
     blocks = stage_blocks(profile, at) * (block_f + block_b)
     pre = (profile.pre_forward_s + profile.pre_backward_s) / at.cp
     post = _split(profile.post_forward_s + profile.post_backward_s, profile.post_split_share, at)

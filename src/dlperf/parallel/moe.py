@@ -11,8 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..analysis import dtype_of
+from ..hardware import HardwareSpec
+from ..kernels.pricing import GemmTimer, time
+from ..ops.cost import CostContext
+from ..ops.moe import expert_parallel_costed
 from ..tracing import Trace
-from ..tracing.moe import MOE_OP, moe_shape
+from ..tracing.moe import MOE_BACKWARD_OP, MOE_OP, moe_shape
 
 
 @dataclass(frozen=True)
@@ -57,3 +62,38 @@ def moe_facts(trace: Trace) -> MoeFacts | None:
         gated=first.gated,
         activation_bytes=first.dtype.itemsize,
     )
+
+
+def expert_parallel_scales(trace: Trace, spec: HardwareSpec) -> dict[int, tuple[float, float]]:
+    """Per expert-parallel size ep (each divisor of the experts), the time of
+    the trace's MoE layer calls on one GPU of the group over their time as
+    traced, forward and backward (`ops.moe.expert_parallel_costed`): the same
+    rows over E / ep experts. Experts traced with few rows each stream their
+    weights (memory-bound grouped GEMMs); split over ep GPUs, each expert gets
+    ep times the rows and 1/ep of the weights are read, so the GEMMs turn
+    math-bound. Empty for a dense model."""
+    calls = [e for e in trace.events if e.op in (MOE_OP, MOE_BACKWARD_OP)]
+    if not calls:
+        return {}
+    ctx, timer = CostContext(trace.precision), GemmTimer(spec)
+    experts = moe_shape(calls[0]).experts
+    # one price per distinct call: every layer of a model is usually the same
+    distinct: dict[tuple, list] = {}
+    for e in calls:
+        key = (e.op, *(tuple(getattr(a, "shape", ())) for a in e.args[:3]), moe_shape(e))
+        distinct.setdefault(key, [e, 0])[1] += 1
+
+    def seconds(ep: int) -> tuple[float, float]:
+        out = [0.0, 0.0]
+        for e, count in distinct.values():
+            cost = expert_parallel_costed(e, ctx, ep).cost
+            priced = time(cost, spec, dtype_of([], e, cost), timer, op=e.op).seconds
+            out[e.op == MOE_BACKWARD_OP] += count * priced
+        return out[0], out[1]
+
+    traced = seconds(1)
+    scales = {}
+    for ep in (d for d in range(1, experts + 1) if experts % d == 0):
+        at = seconds(ep)
+        scales[ep] = tuple(a / t if t else 1.0 for a, t in zip(at, traced, strict=True))
+    return scales

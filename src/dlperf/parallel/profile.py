@@ -29,6 +29,7 @@ from ..precision import Precision
 from ..precision import precision as resolve_precision
 from ..run import first_tensor
 from ..tracing import Trace, within
+from ..tracing.moe import MOE_BACKWARD_OP, MOE_OP
 from ..training_memory import (
     attention_cores,
     checkpoint_plan,
@@ -38,7 +39,7 @@ from ..training_memory import (
     transient_bytes,
 )
 from ..training_memory.report import saved_as_run
-from .moe import moe_facts
+from .moe import expert_parallel_scales, moe_facts
 from .tensor_parallel import has_linear_layers, roofline_weight, split_share, split_storages
 
 _ATTENTION_FAMILIES = frozenset({"attention", "softmax"})
@@ -116,6 +117,14 @@ class ModelProfile:
     expert_params: int = 0
     moe_tokens: int = 0  # tokens into one MoE layer per micro-batch
     moe_hidden: int = 0
+    # of the block's seconds, its MoE layer calls (the grouped GEMMs and the kernels
+    # around them) forward, backward and recomputed, all experts on one GPU as traced
+    block_moe_forward_s: float = 0.0
+    block_moe_backward_s: float = 0.0
+    block_moe_recompute_s: float = 0.0
+    # per ep, those calls' (forward, backward) time on one GPU of the expert-parallel
+    # group over their time as traced (`parallel.moe.expert_parallel_scales`)
+    moe_ep_scales: dict = field(default_factory=dict, repr=False)
     # the trainable parameters' shapes (a factored optimizer's states follow them)
     param_shapes: list = field(default_factory=list, repr=False)
 
@@ -133,6 +142,17 @@ class ModelProfile:
     @property
     def is_moe(self) -> bool:
         return self.experts > 0
+
+    def block_seconds(self, ep: int) -> tuple[float, float]:
+        """(forward, backward with its recompute) of one block on one GPU, its
+        MoE layer calls as one GPU of an expert-parallel group of `ep` runs them."""
+        forward, backward = self.moe_ep_scales.get(ep, (1.0, 1.0))
+        return (
+            self.block_forward_s + self.block_moe_forward_s * (forward - 1),
+            self.block_backward_s
+            + self.block_moe_backward_s * (backward - 1)
+            + self.block_moe_recompute_s * (forward - 1),
+        )
 
     def segment_blocks(self, blocks_on_stage: int) -> int:
         """Blocks per checkpointed segment (0: no block is checkpointed)."""
@@ -286,6 +306,9 @@ def _times(analysis, region, shares) -> dict[str, float]:
         attention = row.family in _ATTENTION_FAMILIES or row.op.startswith(_BATCHED_MATMULS)
         if where == "block" and attention:
             out["block_attention"] = out.get("block_attention", 0.0) + t
+        if where == "block" and row.op in (MOE_OP, MOE_BACKWARD_OP):
+            key = "block_moe_" + ("recompute" if recomputed else phase)
+            out[key] = out.get(key, 0.0) + t
         if row.category == Category.CONTRACTION and not recomputed:
             out["flops"] = out.get("flops", 0.0) + row.flops
     return out
@@ -370,6 +393,7 @@ def profile(run, session, micro_batch: int) -> ModelProfile:
         tensor_parallel=has_linear_layers(recorded, recorded.blocks),
         param_shapes=recorded.trained_shapes,
         **_moe_fields(recorded),
+        moe_ep_scales=expert_parallel_scales(recorded, run.spec),
     )
 
 
@@ -415,6 +439,9 @@ def _time_fields(analysis, region: _Regions, shares, n: int) -> dict:
         block_recompute_s=times.get("block_recompute", 0.0) / n,
         block_split_share=times.get("block_split", 0.0) / block_time if block_time else 0.0,
         block_attention_s=times.get("block_attention", 0.0) / n,
+        block_moe_forward_s=times.get("block_moe_forward", 0.0) / n,
+        block_moe_backward_s=times.get("block_moe_backward", 0.0) / n,
+        block_moe_recompute_s=times.get("block_moe_recompute", 0.0) / n,
         pre_forward_s=times.get("pre_forward", 0.0),
         pre_backward_s=times.get("pre_backward", 0.0),
         post_forward_s=times.get("post_forward", 0.0),
