@@ -460,3 +460,26 @@ def test_requests_stream_through_the_engine_in_memory_that_does_not_grow(monkeyp
     # held whole, 4x the requests took 4x the memory; streamed, the window of 1024
     # queued requests and one chunk of 1000 are the same for both
     assert large < 1.25 * small
+
+
+def test_async_scheduling_runs_many_decode_steps_at_once_as_one_at_a_time(monkeypatch):
+    # the fast path (`_fast_forward`) runs, under async scheduling, the decode steps
+    # begun before the next arrival and the one after, scheduled before it came: the
+    # same times as stepping one at a time
+    from dlperf.serving import scheduler
+
+    class Costs(SecondPerStep):
+        def step_s(self, decodes, decode_cached, chunks):
+            return 0.01 + 0.001 * decodes + 1e-5 * sum(new for new, _ in chunks)
+
+        def decode_s(self, batch, mean_cached):
+            return 0.01 + 0.001 * batch
+
+    rng = np.random.default_rng(0)
+    work = requests(np.cumsum(rng.exponential(0.05, 200)), rng.integers(4, 40, 200),
+                    rng.integers(2, 30, 200))  # fmt: skip
+    fast = run_engine(work, limits(async_scheduling=True), Costs())
+    monkeypatch.setattr(scheduler.EngineState, "_fast_forward", lambda self, ahead: False)
+    slow = run_engine(work, limits(async_scheduling=True), Costs())
+    assert np.allclose(fast.first_token_s, slow.first_token_s, rtol=0, atol=1e-9)
+    assert np.allclose(fast.finish_s, slow.finish_s, rtol=0, atol=1e-9)

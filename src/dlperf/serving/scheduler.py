@@ -455,6 +455,8 @@ class EngineState:
         times = first + slope * np.arange(steps)
         starts = self.now + np.concatenate(([0.0], np.cumsum(times)[:-1]))
         steps = int(np.searchsorted(starts, next_arrival, side="left"))  # steps begun before it
+        if self.limits.async_scheduling:  # and the one scheduled before it arrived
+            steps = min(steps + 1, len(starts))
         if steps < 2:
             return False
         times = times[:steps]
