@@ -453,3 +453,20 @@ def test_vllm_async_scheduling_flags(tmp_path):
     path.write_text("vllm serve meta-llama/Llama-3.1-8B --async-scheduling\n")
     job = read_config(path)
     assert "async_scheduling" not in job.run_options("serve") and job.unknown == []
+
+
+def test_megatron_recompute_modules_take_a_list(tmp_path):
+    """`--recompute-modules core_attn mlp` is one flag with two values: it was
+    refused ("mlp: a value without its flag"). dlperf recomputes the attention
+    core (--checkpoint selective); the other modules are listed as not priced."""
+    base = ("pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 "
+            "--seq-length 128 --bf16 --recompute-granularity selective ")  # fmt: skip
+    job = _megatron_job(tmp_path, base + "--recompute-modules core_attn mlp --micro-batch-size 2")
+    assert job.options["checkpoint"] == "selective" and job.micro_batch == 2
+    field = next(f for f in job.fields if f.name == "--recompute-modules")
+    assert field.value == "core_attn mlp" and "mlp not priced" in field.ignored
+    # without the attention core Megatron recomputes none of what dlperf can: none
+    job = _megatron_job(tmp_path, base + "--recompute-modules mlp layernorm")
+    assert job.options["checkpoint"] == "none"
+    job = _megatron_job(tmp_path, base + "--recompute-modules core_attn")
+    assert job.options["checkpoint"] == "selective" and job.unknown == []

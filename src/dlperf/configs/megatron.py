@@ -65,6 +65,10 @@ ROUTER_PREFIXES = (
 # How Megatron fuses and overlaps around the experts, which dlperf prices as its default.
 MOE_BUILD = ("--moe-permute-fusion", "--moe-router-fusion", "--moe-shared-expert-overlap")
 FLEX_BACKENDS = ("deepep", "hybridep")
+# Flags that take a list of values (argparse's nargs="+"): every word up to the next flag.
+LIST_FLAGS = {"--recompute-modules"}
+# The module Megatron's selective recompute shares with dlperf's --checkpoint selective.
+ATTENTION_CORE = "core_attn"
 # Flags that change no step's time or memory (training length, data, logging ...).
 BOOKKEEPING_PREFIXES = (
     "--train-", "--lr", "--min-lr", "--weight-decay", "--adam-", "--init-",
@@ -155,6 +159,12 @@ def read(text: str, path: str, gpus: int | None) -> Job:
         flag = words[i]
         if not flag.startswith("--"):
             raise bad(path, flag, "a value without its flag")
+        if flag in LIST_FLAGS:
+            end = next((j for j in range(i + 1, len(words)) if words[j].startswith("--")),
+                       len(words))  # fmt: skip
+            args[flag] = " ".join(words[i + 1 : end])
+            i = end
+            continue
         takes = flag in FLAGS_WITH_VALUES or (
             flag not in SWITCHES and i + 1 < len(words) and not words[i + 1].startswith("--")
         )
@@ -426,6 +436,25 @@ def _expert_tp(job: Job, args: dict, path: str, plan: dict) -> None:
                   "drop it or change ep")  # fmt: skip
 
 
+def _recompute_modules(job: Job, modules: str) -> str:
+    """The policy of selective recompute over `modules` (Megatron's
+    --recompute-modules): dlperf's selective where the attention core is among
+    them, none where it is not; the other modules listed as not priced."""
+    names = modules.split()
+    others = [m for m in names if m != ATTENTION_CORE]
+    policy = "selective" if ATTENTION_CORE in names else "none"
+    if others:
+        job.ignore(
+            "--recompute-modules",
+            modules,
+            f"recompute of {', '.join(others)} not "
+            f"priced: dlperf recomputes the attention core only (--checkpoint {policy})",
+        )
+    else:
+        job.use("--recompute-modules", modules, f"--checkpoint {policy}")
+    return policy
+
+
 def _recompute(job: Job, args: dict, path: str) -> None:
     """The activation checkpointing policy of --recompute-granularity and its method."""
     granularity = args.get("--recompute-granularity")
@@ -441,8 +470,13 @@ def _recompute(job: Job, args: dict, path: str) -> None:
             policy = "full" if k == 1 else f"every:{k}"
         elif policy == "full" and method == "block":  # only the first k layers of a stage
             job.ignore("--recompute-method", method, "block: priced as every layer recomputed")
+        if policy == "selective" and "--recompute-modules" in args:
+            policy = _recompute_modules(job, str(args["--recompute-modules"]))
         job.options["checkpoint"] = policy
         job.use("--recompute-granularity", granularity, f"--checkpoint {policy}")
         for flag in ("--recompute-method", "--recompute-num-layers"):
             if flag in args:
                 job.use(flag, args[flag], f"read with --recompute-granularity: {policy}")
+    if "--recompute-modules" in args and str(granularity) != "selective":
+        why = "read with --recompute-granularity selective only, as Megatron reads it"
+        job.ignore("--recompute-modules", args["--recompute-modules"], why)
