@@ -36,9 +36,10 @@ How each published field becomes a dlperf option:
   `clip_grad` (Megatron clips at 1.0), `cuda_graphs` where the recipe
   sets `cuda_graph_impl` (transformer_engine, local or full_iteration)
   or `cuda_graphs: true`; `checkpoint none` unless the
-  recipe recomputes: `recompute_modules: [core_attn]` alone is dlperf's
-  `selective`; any other module list, a block recompute of the first K
-  layers (`recompute_num_layers`) have no dlperf option: the row is priced
+  recipe recomputes: `recompute_modules` is dlperf's `selective:A+B` over
+  the modules it prices (core_attn, mla_up_proj, mlp, layernorm); the
+  others (moe_act, moe, shared_experts) and a block recompute of the first
+  K layers (`recompute_num_layers`) have no dlperf option: the row is priced
   without them and its remark says so (memory then overcounts them). CPU
   activation offloading (`cpu_offloading_num_layers`) is `offload_layers`,
   the experts' all-to-all overlap (`moe_a2a_overlap`) `overlap_ep_comm`,
@@ -123,14 +124,17 @@ def _model(row: dict) -> str:
 
 def _step(row: dict, remarks: list[str]) -> dict:
     """cuda graphs and the recompute policy of the row's recipe."""
+    from dlperf.checkpointing import RECOMPUTE_MODULES
     settings = (row.get("recipe") or {}).get("settings") or {}
     graphs = settings.get("cuda_graph_impl") in CUDA_GRAPHS or settings.get("cuda_graphs") is True
     modules = settings.get("recompute_modules") or []
     checkpoint = "none"
-    if modules == ["core_attn"]:
-        checkpoint = "selective"
-    elif modules:
-        remarks.append(f"recompute {'+'.join(modules)} not priced")
+    priced = [m for m in modules if m in RECOMPUTE_MODULES]
+    if priced:
+        checkpoint = "selective:" + "+".join(priced)
+    if len(priced) < len(modules):
+        left = [m for m in modules if m not in priced]
+        remarks.append(f"recompute {'+'.join(left)} not priced")
     if settings.get("recompute_granularity") == "full":
         checkpoint = "full"
     elif settings.get("recompute_num_layers"):

@@ -24,6 +24,7 @@ from dlperf.training_memory import (
     memory_report,
     parse_checkpoint,
     recompute_events,
+    recompute_regions,
     with_recompute,
 )
 
@@ -280,3 +281,40 @@ def test_inference_recomputes_nothing():
     for policy in ("full", "selective", "every:2"):
         assert with_recompute(tr, policy) == tr.events
         assert checkpoint_plan(tr, policy, price=lambda events: math.inf).recompute_s == 0
+
+
+# A one-layer DeepSeek-V3 (latent attention, a dense MLP): 4 heads, queries of
+# 16 (no rotary) + 8 (rotary) = 24, values of 16, at batch 1 x 32 tokens.
+LATENT = ("hf:deepseek_v3:layers=1,hidden=256,heads=4,kv_heads=4,vocab=512,mlp=512,"
+          "q_lora_rank=64,kv_lora_rank=32,qk_nope_head_dim=16,qk_rope_head_dim=8,"
+          "v_head_dim=16,first_k_dense_replace=1")  # fmt: skip
+
+
+def test_selective_named_modules_recompute_what_megatron_names():
+    """Megatron-Core's --recompute-modules (issue 35, item 2): each named region
+    is dropped and run again in backward. mla_up_proj runs from the
+    up-projections through rotary to q, k and v, the attention's inputs, which
+    it drops; the down-projections stay."""
+    session = Session()
+    run = resolve(LATENT, gpu="h100", precision="amp-bf16", batch=1, seq_len=32)
+    t = session.trace(run)
+    (up,) = recompute_regions(t, "selective:mla_up_proj")
+    modules = {t.events[i].module.rpartition(".")[2] for i in up}
+    assert {"q_b_proj", "kv_b_proj"} <= modules and not modules & {"q_a_proj", "kv_a_proj_with_mqa"}
+    (core,) = attention_cores(t)
+    assert max(up) < core[0]  # it ends where the attention core begins
+    # q and k: 1 x 4 heads x 32 tokens x 24, v: x 16, in bf16 (2 B), saved by the core
+    qkv = 2 * (2 * 4 * 32 * 24 + 4 * 32 * 16)
+    (dropped,) = core_saved_bytes(t, "selective:mla_up_proj")
+    assert dropped >= qkv
+    (mlp,) = recompute_regions(t, "selective:mlp")
+    assert {t.events[i].module.rpartition(".")[2] for i in mlp} >= {"gate_proj", "down_proj"}
+    norms = recompute_regions(t, "selective:layernorm")
+    assert len(norms) == 2  # input and post-attention norms of the one layer
+    # each policy keeps what it does not drop, plus its largest region back in backward
+    policies = ("none", "selective:mla_up_proj", "selective:core_attn+mla_up_proj")
+    kept = {p: checkpoint_plan(t, p).activations_bytes for p in policies}
+    assert kept["none"] - kept["selective:mla_up_proj"] == 0  # one region: it comes back whole
+    assert kept["selective:core_attn+mla_up_proj"] < kept["none"]
+    with pytest.raises(DlperfError, match="moe_act is not a module dlperf recomputes"):
+        parse_checkpoint("selective:core_attn+moe_act")

@@ -457,16 +457,19 @@ def test_vllm_async_scheduling_flags(tmp_path):
 
 def test_megatron_recompute_modules_take_a_list(tmp_path):
     """`--recompute-modules core_attn mlp` is one flag with two values: it was
-    refused ("mlp: a value without its flag"). dlperf recomputes the attention
-    core (--checkpoint selective); the other modules are listed as not priced."""
+    refused ("mlp: a value without its flag"). It becomes --checkpoint
+    selective:core_attn+mlp; modules dlperf does not price are listed."""
     base = ("pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 "
             "--seq-length 128 --bf16 --recompute-granularity selective ")  # fmt: skip
     job = _megatron_job(tmp_path, base + "--recompute-modules core_attn mlp --micro-batch-size 2")
-    assert job.options["checkpoint"] == "selective" and job.micro_batch == 2
+    assert job.options["checkpoint"] == "selective:core_attn+mlp" and job.micro_batch == 2
     field = next(f for f in job.fields if f.name == "--recompute-modules")
-    assert field.value == "core_attn mlp" and "mlp not priced" in field.ignored
-    # without the attention core Megatron recomputes none of what dlperf can: none
-    job = _megatron_job(tmp_path, base + "--recompute-modules mlp layernorm")
+    assert field.value == "core_attn mlp" and field.became
+    job = _megatron_job(tmp_path, base + "--recompute-modules moe_act layernorm")
+    assert job.options["checkpoint"] == "selective:layernorm"
+    field = next(f for f in job.fields if f.name == "--recompute-modules")
+    assert "moe_act not priced" in field.ignored
+    job = _megatron_job(tmp_path, base + "--recompute-modules moe_act")
     assert job.options["checkpoint"] == "none"
     job = _megatron_job(tmp_path, base + "--recompute-modules core_attn")
     assert job.options["checkpoint"] == "selective" and job.unknown == []

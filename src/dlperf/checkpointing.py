@@ -23,6 +23,14 @@ Policies (`--checkpoint`):
   "Reducing Activation Recomputation in Large Transformer Models", section
   4.2): Q K^T, the softmax, its dropout and the attention over V, whose saved
   tensors grow with the square of the sequence. Its inputs q, k, v stay saved.
+- selective:A+B: Megatron-Core's selective recompute of named modules
+  (`--recompute-modules`), each region's saved tensors dropped and run again
+  in backward (`RECOMPUTE_MODULES`): core_attn (the attention core above),
+  mla_up_proj (latent attention's up-projections through rotary to q, k and v,
+  the attention's inputs, which the core keeps: its q_b_proj and kv_b_proj
+  onward, the down-projections and their norms left saved), mlp (a dense MLP;
+  a mixture of experts is not one) and layernorm (the blocks' input and
+  post-attention norms). Module names are Hugging Face's Llama-family ones.
 
 The attention core, per forward event (`attention_cores`):
 - a fused attention event (dlperf's own `dlperf.attention` op, or an aten
@@ -56,8 +64,17 @@ from .ops.linear import activation_operand
 from .tracing import OpEvent, Trace, within
 
 CHECKPOINT_HELP = (
-    "none, full, selective, selective-op or every:K (blocks = full, sqrt = every:sqrt(blocks))"
+    "none, full, selective, selective-op, every:K (blocks = full, sqrt = every:sqrt(blocks)) or "
+    "selective:MODULES (core_attn, mla_up_proj, mlp, layernorm joined by +)"
 )
+# Megatron-Core's --recompute-modules that dlperf prices (`recompute_regions`).
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "layernorm")
+ATTENTION_CORE = "core_attn"
+# Latent attention's projections before its up-projections (kept saved), and those.
+_LATENT_DOWN = ("q_a_proj", "kv_a_proj_with_mqa", "q_a_layernorm", "kv_a_layernorm")
+_LATENT_UP = ("q_b_proj", "kv_b_proj")
+_BLOCK_NORMS = ("input_layernorm", "post_attention_layernorm")
+_MOE_OPS = ("dlperf.moe.default",)
 
 # Fused attention kernels, forward (their backward ops run in the backward phase).
 FUSED_ATTENTION = (
@@ -98,12 +115,33 @@ def parse_checkpoint(text: str) -> tuple[str, int]:
     text = (text or "none").strip().lower()
     if text in ("none", "full", "selective", "selective-op", "sqrt"):
         return text, 1
+    if text.startswith("selective:"):
+        recompute_modules(text)  # refuses an unknown module
+        return "selective", 1
     if text == "blocks":
         return "full", 1
     kind, _, k = text.partition(":")
     if kind == "every" and k.isdigit() and int(k) >= 1:
         return "every", int(k)
     raise DlperfError(f"unknown checkpoint policy {text!r}; use {CHECKPOINT_HELP}")
+
+
+def recompute_modules(policy: str) -> tuple[str, ...]:
+    """The modules a selective policy recomputes: the attention core for
+    `selective`, the named ones for `selective:A+B`; none for the others."""
+    text = (policy or "none").strip().lower()
+    if text == "selective":
+        return (ATTENTION_CORE,)
+    if not text.startswith("selective:"):
+        return ()
+    names = tuple(n for n in text.partition(":")[2].split("+") if n)
+    unknown = [n for n in names if n not in RECOMPUTE_MODULES]
+    if unknown or not names:
+        raise DlperfError(
+            f"--checkpoint {text}: {', '.join(unknown) or 'no module'} is not a module dlperf "
+            f"recomputes; name some of {', '.join(RECOMPUTE_MODULES)}, joined by +"
+        )
+    return names
 
 
 def segments(trace: Trace, policy: str) -> list[list[str]]:
@@ -153,7 +191,9 @@ def op_saved_bytes(trace: Trace) -> dict[str, int]:
 
 def _policy_name(trace: Trace, policy: str) -> str:
     kind, k = parse_checkpoint(policy)
-    if kind in ("none", "selective"):
+    if kind == "selective":
+        return "selective" if recompute_modules(policy) == (ATTENTION_CORE,) else policy.lower()
+    if kind == "none":
         return kind
     if not trace.blocks:
         return f"{kind} (no repeated blocks)"
@@ -193,6 +233,50 @@ def attention_cores(trace: Trace) -> list[tuple[int, ...]]:
     return cores
 
 
+def _module_regions(trace: Trace, name: str) -> list[tuple[int, ...]]:
+    """The forward events of each instance of a named module (module docstring)."""
+    events = trace.events
+    found: dict[str, list[int]] = {}
+    if name == "mla_up_proj":
+        cores = {i for core in attention_cores(trace) for i in core}
+        for i, e in enumerate(events):
+            if e.phase != _FORWARD:
+                continue
+            leaf = e.module.rpartition(".")[2]
+            owner = e.module.rpartition(".")[0] if leaf in _LATENT_UP + _LATENT_DOWN else e.module
+            if leaf in _LATENT_UP:
+                found.setdefault(owner, [])
+            opened = found.get(owner)
+            if opened is None or leaf in _LATENT_DOWN:
+                continue
+            if i in cores:  # the attention core reads q, k, v: the region ends before it
+                found[f"{owner}#done"] = found.pop(owner)
+                continue
+            opened.append(i)
+        return [tuple(v) for k, v in found.items() if v]
+    moe = {e.module for e in events if e.op in _MOE_OPS}
+    for i, e in enumerate(events):
+        if e.phase != _FORWARD:
+            continue
+        parts = e.module.split(".")
+        for depth in range(len(parts), 0, -1):
+            path = ".".join(parts[:depth])
+            leaf = parts[depth - 1]
+            dense = name == "mlp" and leaf == "mlp" and not any(within(m, path) for m in moe)
+            if dense or (name == "layernorm" and leaf in _BLOCK_NORMS):
+                found.setdefault(path, []).append(i)
+                break
+    return [tuple(v) for v in found.values()]
+
+
+def recompute_regions(trace: Trace, policy: str = "selective") -> list[tuple[int, ...]]:
+    """The forward events of each region a selective policy recomputes, in trace order."""
+    found: list[tuple[int, ...]] = []
+    for name in recompute_modules(policy):
+        found += attention_cores(trace) if name == ATTENTION_CORE else _module_regions(trace, name)
+    return sorted(found)
+
+
 def _first_backward(trace: Trace) -> dict[str, int]:
     """The index of each module's first backward event."""
     first: dict[str, int] = {}
@@ -210,7 +294,7 @@ def regions(trace: Trace, policy: str) -> list[Region]:
     first = _first_backward(trace)
     if kind == "selective":
         found = []
-        for core in attention_cores(trace):
+        for core in recompute_regions(trace, policy):
             modules = {trace.events[i].module for i in core}
             starts = [first[m] for m in modules if m in first]
             found.append(Region(core, min(starts) if starts else None))
@@ -310,11 +394,12 @@ def _created_by(trace: Trace) -> dict[int, int]:
     return creator
 
 
-def core_saved_bytes(trace: Trace) -> list[int]:
-    """Per attention core (`attention_cores`), the saved activations it creates,
-    which recomputing it drops: the storages first written by its events
-    (softmax output, dropout mask and output; a fused kernel's output and
-    log-sum-exp). Its inputs q, k, v are created before it and stay saved.
+def core_saved_bytes(trace: Trace, policy: str = "selective") -> list[int]:
+    """Per region a selective policy recomputes (`recompute_regions`; the
+    attention cores by default), the saved activations it creates, which
+    recomputing it drops: the storages first written by its events (a core's
+    softmax output, dropout mask and output; a fused kernel's output and
+    log-sum-exp). Its inputs are created before it and stay saved.
 
     The trace keeps one saver per storage: a tensor of the core that a later op
     also saved for itself would stay, and the trace cannot tell. The ops after
@@ -323,16 +408,16 @@ def core_saved_bytes(trace: Trace) -> list[int]:
     creator = _created_by(trace)
     activations = [t for t in trace.saved if t.kind == "activation"]
     out = []
-    for core in attention_cores(trace):
+    for core in recompute_regions(trace, policy):
         inside = set(core)
         out.append(sum(t.nbytes for t in activations if creator.get(t.storage, -1) in inside))
     return out
 
 
-def _selective_bytes(trace: Trace) -> int:
-    """Activations when each attention core is recomputed: all, less what the
-    cores create, plus one core's worth (backward brings one back at a time)."""
-    dropped = core_saved_bytes(trace)
+def _selective_bytes(trace: Trace, policy: str) -> int:
+    """Activations when each region is recomputed: all, less what the regions
+    create, plus one region's worth (backward brings one back at a time)."""
+    dropped = core_saved_bytes(trace, policy)
     return trace.activation_bytes - sum(dropped) + max(dropped, default=0)
 
 
@@ -351,7 +436,7 @@ def checkpoint_plan(
     recompute = recompute_events(trace, policy)
     recompute_s = price(recompute) if price and recompute else 0.0
     if kind == "selective":
-        return CheckpointPlan(name, int(_selective_bytes(trace)), recompute_s, 0)
+        return CheckpointPlan(name, int(_selective_bytes(trace, policy)), recompute_s, 0)
     found = segments(trace, policy) if trace.training else []  # inference saves nothing
     if not found:
         return CheckpointPlan(name, trace.activation_bytes, 0.0, 0)
@@ -386,8 +471,8 @@ def kept_by_module(trace: Trace, policy: str, depth: int = 2) -> dict[str, int]:
     saved = [(t.module, t.nbytes, t.storage) for t in trace.saved if t.kind == "activation"]
     found = segments(trace, policy) if trace.training and kind != "selective" else []
     if kind == "selective":
-        creator, cores = _created_by(trace), attention_cores(trace)
-        dropped = core_saved_bytes(trace)
+        creator, cores = _created_by(trace), recompute_regions(trace, policy)
+        dropped = core_saved_bytes(trace, policy)
         if cores:
             kept_core = dropped.index(max(dropped))  # backward brings one back at a time
             gone = {i for j, core in enumerate(cores) if j != kept_core for i in core}

@@ -29,6 +29,7 @@ the router's own settings are listed as changing nothing.
 
 from __future__ import annotations
 
+from ..checkpointing import RECOMPUTE_MODULES
 from .job import Job, bad, shell_words
 
 # flag -> whether it takes a value
@@ -67,7 +68,7 @@ MOE_BUILD = ("--moe-permute-fusion", "--moe-router-fusion", "--moe-shared-expert
 FLEX_BACKENDS = ("deepep", "hybridep")
 # Flags that take a list of values (argparse's nargs="+"): every word up to the next flag.
 LIST_FLAGS = {"--recompute-modules"}
-# The module Megatron's selective recompute shares with dlperf's --checkpoint selective.
+# The module Megatron's selective recompute runs by default, dlperf's --checkpoint selective.
 ATTENTION_CORE = "core_attn"
 # Flags that change no step's time or memory (training length, data, logging ...).
 BOOKKEEPING_PREFIXES = (
@@ -438,18 +439,18 @@ def _expert_tp(job: Job, args: dict, path: str, plan: dict) -> None:
 
 def _recompute_modules(job: Job, modules: str) -> str:
     """The policy of selective recompute over `modules` (Megatron's
-    --recompute-modules): dlperf's selective where the attention core is among
-    them, none where it is not; the other modules listed as not priced."""
+    --recompute-modules): dlperf's selective:A+B over the ones it prices
+    (`checkpointing.RECOMPUTE_MODULES`), none where it prices none of them;
+    the others listed as not priced."""
     names = modules.split()
-    others = [m for m in names if m != ATTENTION_CORE]
-    policy = "selective" if ATTENTION_CORE in names else "none"
+    priced = [m for m in names if m in RECOMPUTE_MODULES]
+    others = [m for m in names if m not in RECOMPUTE_MODULES]
+    policy = "selective:" + "+".join(priced) if priced else "none"
+    if policy == f"selective:{ATTENTION_CORE}":
+        policy = "selective"
     if others:
-        job.ignore(
-            "--recompute-modules",
-            modules,
-            f"recompute of {', '.join(others)} not "
-            f"priced: dlperf recomputes the attention core only (--checkpoint {policy})",
-        )
+        why = f"recompute of {', '.join(others)} not priced"
+        job.ignore("--recompute-modules", modules, f"{why}: --checkpoint {policy}")
     else:
         job.use("--recompute-modules", modules, f"--checkpoint {policy}")
     return policy

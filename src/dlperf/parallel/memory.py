@@ -46,7 +46,12 @@ from dataclasses import dataclass
 
 from ..hardware import HardwareSpec
 from ..jsonable import fields_dict
-from ..training_memory import optimizer_bytes, overhead_bytes, state_bytes_per_param
+from ..training_memory import (
+    optimizer_bytes,
+    overhead_bytes,
+    parse_checkpoint,
+    state_bytes_per_param,
+)
 from .layout import Layout
 from .profile import ModelProfile
 
@@ -170,7 +175,7 @@ def block_activations(profile: ModelProfile, at: Layout) -> tuple[float, float]:
     if segment:
         kept = profile.block_input_bytes / at.activation_split / at.cp / segment
         return kept, segment * whole
-    if profile.checkpoint == "selective":
+    if parse_checkpoint(profile.checkpoint)[0] == "selective":
         core = profile.block_core_bytes / at.tp / at.cp
         return whole - core, core
     return whole, 0.0

@@ -35,6 +35,8 @@ from ..training_memory import (
     checkpoint_plan,
     core_saved_bytes,
     parse_checkpoint,
+    recompute_modules,
+    recompute_regions,
     step_peaks,
     transient_bytes,
 )
@@ -233,17 +235,24 @@ def _transients(trace: Trace, region) -> dict[str, float]:
     return out
 
 
-def _cores(trace: Trace, region) -> tuple[float, float, tuple[int, int]]:
-    """Saved bytes of the attention cores in blocks, the K and V elements they
-    read, and (query heads, key/value heads) where a fused kernel says (0: unknown)."""
+def _cores(trace: Trace, region, policy: str) -> tuple[float, float, tuple[int, int]]:
+    """Saved bytes in blocks of the regions a selective `policy` recomputes
+    (the attention cores unless it names modules), the K and V elements the
+    attention cores read, and (query heads, key/value heads) where a fused
+    kernel says (0: unknown)."""
     events = trace.events
-    dropped = kv = 0.0
+    names = recompute_modules(policy) or ("core_attn",)
+    named = "+".join(names)
+    regions = recompute_regions(trace, f"selective:{named}")
+    saved_by = core_saved_bytes(trace, f"selective:{named}")
+    dropped = sum(s for r, s in zip(regions, saved_by, strict=True)
+                  if region(events[r[0]].module) == "block")  # fmt: skip
+    kv = 0.0
     heads = (0, 0)
-    for core, saved in zip(attention_cores(trace), core_saved_bytes(trace), strict=True):
+    for core in attention_cores(trace):
         first, last = events[core[0]], events[core[-1]]
         if region(first.module) != "block":
             continue
-        dropped += saved
         if len(core) == 1:  # a fused kernel reads q, k, v as (batch, heads, length, size)
             q, *operands = first.tensors()[:3]
             if len(q.shape) == 4:
@@ -402,7 +411,7 @@ def _memory_fields(run, recorded: Trace, region: _Regions, split, n: int) -> dic
     name says so), with the attention heads the KV cache is counted over."""
     saved = _saved(recorded, region, split)
     transient = _transients(recorded, region)
-    core_bytes, kv, (heads, kv_heads) = _cores(recorded, region)
+    core_bytes, kv, (heads, kv_heads) = _cores(recorded, region, run.checkpoint)
     if not heads:  # no fused attention call (eager attention): the config says
         heads, kv_heads = _config_heads(run.module)
     op_split, op_whole = _op_saved(recorded, split)
