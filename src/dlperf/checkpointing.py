@@ -137,9 +137,9 @@ def recompute_modules(policy: str) -> tuple[str, ...]:
     names = tuple(n for n in text.partition(":")[2].split("+") if n)
     unknown = [n for n in names if n not in RECOMPUTE_MODULES]
     if unknown or not names:
+        what = f"{', '.join(unknown)} is not a module dlperf recomputes" if unknown else "no module"
         raise DlperfError(
-            f"--checkpoint {text}: {', '.join(unknown) or 'no module'} is not a module dlperf "
-            f"recomputes; name some of {', '.join(RECOMPUTE_MODULES)}, joined by +"
+            f"--checkpoint {text}: {what}; name some of {', '.join(RECOMPUTE_MODULES)}, joined by +"
         )
     return names
 
