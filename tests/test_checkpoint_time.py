@@ -318,3 +318,15 @@ def test_selective_named_modules_recompute_what_megatron_names():
     assert kept["selective:core_attn+mla_up_proj"] < kept["none"]
     with pytest.raises(DlperfError, match="moe_act is not a module dlperf recomputes"):
         parse_checkpoint("selective:core_attn+moe_act")
+
+
+def test_named_modules_are_counted_once_and_must_exist():
+    """A module named twice is one region (it was dropped twice: negative
+    activations); a module the model lacks is refused, not priced as nothing."""
+    from dlperf.training_memory import recompute_modules
+
+    assert recompute_modules("selective:mlp+mlp+core_attn") == ("mlp", "core_attn")
+    t = Session().trace(resolve("hf:gpt2:layers=2", gpu="a100", batch=1, seq_len=32))
+    assert len(recompute_regions(t, "selective:layernorm")) == 4  # ln_1 and ln_2, 2 layers
+    with pytest.raises(DlperfError, match="has no mla_up_proj"):
+        recompute_regions(t, "selective:mla_up_proj")

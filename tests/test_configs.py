@@ -473,3 +473,17 @@ def test_megatron_recompute_modules_take_a_list(tmp_path):
     assert job.options["checkpoint"] == "none"
     job = _megatron_job(tmp_path, base + "--recompute-modules core_attn")
     assert job.options["checkpoint"] == "selective" and job.unknown == []
+
+
+def test_megatron_expert_parallelism_1_dispatches_nothing(tmp_path):
+    """ep 1 (Megatron's default) sends no token to another GPU: the flags are
+    read as changing nothing, on a dense model too (it was refused)."""
+    dense = MIXTRAL_ARGS.replace("--num-experts 8", "").replace(
+        "--expert-model-parallel-size 8", "--expert-model-parallel-size 1")  # fmt: skip
+    job = _megatron_job(tmp_path, dense)
+    assert "ep" not in job.parallel and "moe_dispatcher" not in job.parallel
+    moe = MIXTRAL_ARGS.replace("--expert-model-parallel-size 8", "--expert-model-parallel-size 1")
+    job = _megatron_job(tmp_path, moe)
+    assert "moe_dispatcher" not in job.parallel
+    ignored = {f.name: f.ignored for f in job.fields if f.ignored}
+    assert "no token is dispatched" in ignored["--moe-token-dispatcher-type"]

@@ -30,7 +30,8 @@ Policies (`--checkpoint`):
   the attention's inputs, which the core keeps: its q_b_proj and kv_b_proj
   onward, the down-projections and their norms left saved), mlp (a dense MLP;
   a mixture of experts is not one) and layernorm (the blocks' input and
-  post-attention norms). Module names are Hugging Face's Llama-family ones.
+  post-attention norms). Module names are Hugging Face's: the Llama family's
+  and GPT-2's (`ln_1`, `ln_2`); a named module the model lacks is refused.
 
 The attention core, per forward event (`attention_cores`):
 - a fused attention event (dlperf's own `dlperf.attention` op, or an aten
@@ -73,7 +74,7 @@ ATTENTION_CORE = "core_attn"
 # Latent attention's projections before its up-projections (kept saved), and those.
 _LATENT_DOWN = ("q_a_proj", "kv_a_proj_with_mqa", "q_a_layernorm", "kv_a_layernorm")
 _LATENT_UP = ("q_b_proj", "kv_b_proj")
-_BLOCK_NORMS = ("input_layernorm", "post_attention_layernorm")
+_BLOCK_NORMS = ("input_layernorm", "post_attention_layernorm", "ln_1", "ln_2")
 _MOE_OPS = ("dlperf.moe.default",)
 
 # Fused attention kernels, forward (their backward ops run in the backward phase).
@@ -134,7 +135,7 @@ def recompute_modules(policy: str) -> tuple[str, ...]:
         return (ATTENTION_CORE,)
     if not text.startswith("selective:"):
         return ()
-    names = tuple(n for n in text.partition(":")[2].split("+") if n)
+    names = tuple(dict.fromkeys(n for n in text.partition(":")[2].split("+") if n))
     unknown = [n for n in names if n not in RECOMPUTE_MODULES]
     if unknown or not names:
         what = f"{', '.join(unknown)} is not a module dlperf recomputes" if unknown else "no module"
@@ -273,8 +274,24 @@ def recompute_regions(trace: Trace, policy: str = "selective") -> list[tuple[int
     """The forward events of each region a selective policy recomputes, in trace order."""
     found: list[tuple[int, ...]] = []
     for name in recompute_modules(policy):
-        found += attention_cores(trace) if name == ATTENTION_CORE else _module_regions(trace, name)
+        if name == ATTENTION_CORE:
+            found += attention_cores(trace)
+            continue
+        regions = _module_regions(trace, name)
+        if not regions:
+            raise DlperfError(
+                f"--checkpoint {policy}: this model has no {name} dlperf can find (it matches "
+                "Hugging Face's Llama-family and GPT-2 module names); drop it"
+            )
+        found += regions
     return sorted(found)
+
+
+def same_policy(a: str, b: str) -> bool:
+    """Whether two policy strings recompute the same (aliases, module order)."""
+    return parse_checkpoint(a) == parse_checkpoint(b) and set(recompute_modules(a)) == set(
+        recompute_modules(b)
+    )
 
 
 def _first_backward(trace: Trace) -> dict[str, int]:

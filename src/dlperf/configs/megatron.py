@@ -66,6 +66,8 @@ ROUTER_PREFIXES = (
 # How Megatron fuses and overlaps around the experts, which dlperf prices as its default.
 MOE_BUILD = ("--moe-permute-fusion", "--moe-router-fusion", "--moe-shared-expert-overlap")
 FLEX_BACKENDS = ("deepep", "hybridep")
+DISPATCH_FLAGS = ("--moe-token-dispatcher-type", "--moe-enable-deepep",
+                  "--moe-flex-dispatcher-backend")  # fmt: skip
 # Flags that take a list of values (argparse's nargs="+"): every word up to the next flag.
 LIST_FLAGS = {"--recompute-modules"}
 # The module Megatron's selective recompute runs by default, dlperf's --checkpoint selective.
@@ -309,8 +311,7 @@ def _dispatcher(job: Job, args: dict, path: str, ep: int) -> str | None:
             job.ignore("--moe-token-dispatcher-type", "allgather", "dlperf has no all-gather "
                        "dispatcher: priced as alltoall (give alltoall or flex)")  # fmt: skip
         return None
-    for flag in ("--moe-token-dispatcher-type", "--moe-enable-deepep",
-                 "--moe-flex-dispatcher-backend"):  # fmt: skip
+    for flag in DISPATCH_FLAGS:
         if flag in args:
             job.use(flag, args[flag], f"--moe-dispatcher {kind}")
     return kind
@@ -387,14 +388,18 @@ def _parallel(job: Job, args: dict, path: str, gpus: int | None) -> None:
     plan["sharding"] = "zero1" if "--use-distributed-optimizer" in args else "none"
     plan["sequence_parallel"] = "--sequence-parallel" in args and tp > 1
     ep = _int(args, "--expert-model-parallel-size", path, 1)
-    if ep > 1 or "--expert-model-parallel-size" in args:
+    if ep > 1:
         if "--num-experts" not in args:
             raise bad(path, "--expert-model-parallel-size", "needs --num-experts: "
                       "expert parallelism splits the experts")  # fmt: skip
         plan["ep"] = ep
-    dispatcher = _dispatcher(job, args, path, ep) if "--num-experts" in args else None
-    if dispatcher:
-        plan["moe_dispatcher"] = dispatcher
+        dispatcher = _dispatcher(job, args, path, ep)
+        if dispatcher:
+            plan["moe_dispatcher"] = dispatcher
+    else:  # no expert parallelism: no token leaves its GPU, whatever dispatches them
+        for flag in ("--expert-model-parallel-size", *DISPATCH_FLAGS):
+            if flag in args:
+                job.ignore(flag, args[flag], "expert parallelism 1: no token is dispatched")
     chunks = _int(args, "--num-layers-per-virtual-pipeline-stage", path)
     if pp > 1:
         layers = _int(args, "--num-layers", path)
@@ -442,7 +447,7 @@ def _recompute_modules(job: Job, modules: str) -> str:
     --recompute-modules): dlperf's selective:A+B over the ones it prices
     (`checkpointing.RECOMPUTE_MODULES`), none where it prices none of them;
     the others listed as not priced."""
-    names = modules.split()
+    names = list(dict.fromkeys(modules.split()))
     priced = [m for m in names if m in RECOMPUTE_MODULES]
     others = [m for m in names if m not in RECOMPUTE_MODULES]
     policy = "selective:" + "+".join(priced) if priced else "none"

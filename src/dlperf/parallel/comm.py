@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 from ..hardware.spec import SPECS_DIR, tomllib
 from ..jsonable import Jsonable
+from ..training_memory import parse_checkpoint, recompute_modules
 from .collectives import collective_time_s, send_time_s
 from .compute import StageTimes
 from .layout import Layout
@@ -128,8 +129,13 @@ def _per_micro_batch(
         one = local / bandwidth + net.latency_s
         attention = profile.block_attention_s / (at.tp * at.cp)
         # forward once, backward twice (K, V and their gradients), and once more
-        # where backward recomputes the attention (any checkpointing)
-        rounds = 3 + (profile.checkpoint != "none")
+        # where backward recomputes the attention (any checkpointing but a
+        # selective one that leaves the attention core out)
+        kind = parse_checkpoint(profile.checkpoint)[0]
+        recomputed = kind != "none" and (
+            kind != "selective" or "core_attn" in recompute_modules(profile.checkpoint)
+        )
+        rounds = 3 + recomputed
         exposed = max(0.0, rounds * steps * one - attention)
         out.append((_Ring("send", "cp", local, one), rounds * steps * blocks, exposed * blocks))
     if at.ep > 1 and profile.moe_layers:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..analysis import analyze_trace
-from ..checkpointing import kept_by_module, parse_checkpoint
+from ..checkpointing import kept_by_module, parse_checkpoint, same_policy
 from ..errors import DlperfError
 from ..jsonable import fields_dict
 from ..models.inputs import resize_inputs
@@ -150,7 +150,7 @@ def memory_report(run, session, checkpoint: str = "none", accumulate: int = 1, f
     policies = [  # priced on the same trace
         CheckpointOption.of(
             terms
-            if parse_checkpoint(option) == parse_checkpoint(checkpoint)
+            if same_policy(option, checkpoint)
             else step_memory(recorded, run.spec, run.optimizer, option, price, accumulate),
             capacity,
         )
