@@ -63,6 +63,7 @@ from .errors import DlperfError
 from .kinds import Phase, module_at_depth
 from .ops.linear import activation_operand
 from .tracing import OpEvent, Trace, within
+from .tracing.moe import MOE_OP
 
 CHECKPOINT_HELP = (
     "none, full, selective, selective-op, every:K (blocks = full, sqrt = every:sqrt(blocks)) or "
@@ -75,7 +76,6 @@ ATTENTION_CORE = "core_attn"
 _LATENT_DOWN = ("q_a_proj", "kv_a_proj_with_mqa", "q_a_layernorm", "kv_a_layernorm")
 _LATENT_UP = ("q_b_proj", "kv_b_proj")
 _BLOCK_NORMS = ("input_layernorm", "post_attention_layernorm", "ln_1", "ln_2")
-_MOE_OPS = ("dlperf.moe.default",)
 
 # Fused attention kernels, forward (their backward ops run in the backward phase).
 FUSED_ATTENTION = (
@@ -234,29 +234,38 @@ def attention_cores(trace: Trace) -> list[tuple[int, ...]]:
     return cores
 
 
+def _latent_up_regions(trace: Trace) -> list[tuple[int, ...]]:
+    """Per latent attention module, its forward events from its first
+    up-projection to its attention core, the down-projections and their norms
+    left out (mla_up_proj, module docstring)."""
+    cores = {i for core in attention_cores(trace) for i in core}
+    opened: dict[str, list[int]] = {}
+    closed: set[str] = set()
+    for i, e in enumerate(trace.events):
+        if e.phase != _FORWARD:
+            continue
+        parent, _, leaf = e.module.rpartition(".")
+        owner = parent if leaf in _LATENT_UP + _LATENT_DOWN else e.module
+        if owner in closed:
+            continue
+        if leaf in _LATENT_UP:
+            opened.setdefault(owner, [])
+        if owner not in opened or leaf in _LATENT_DOWN:
+            continue
+        if i in cores:  # the attention core reads q, k, v: the region ends before it
+            closed.add(owner)
+            continue
+        opened[owner].append(i)
+    return [tuple(found) for found in opened.values() if found]
+
+
 def _module_regions(trace: Trace, name: str) -> list[tuple[int, ...]]:
     """The forward events of each instance of a named module (module docstring)."""
-    events = trace.events
-    found: dict[str, list[int]] = {}
     if name == "mla_up_proj":
-        cores = {i for core in attention_cores(trace) for i in core}
-        for i, e in enumerate(events):
-            if e.phase != _FORWARD:
-                continue
-            leaf = e.module.rpartition(".")[2]
-            owner = e.module.rpartition(".")[0] if leaf in _LATENT_UP + _LATENT_DOWN else e.module
-            if leaf in _LATENT_UP:
-                found.setdefault(owner, [])
-            opened = found.get(owner)
-            if opened is None or leaf in _LATENT_DOWN:
-                continue
-            if i in cores:  # the attention core reads q, k, v: the region ends before it
-                found[f"{owner}#done"] = found.pop(owner)
-                continue
-            opened.append(i)
-        return [tuple(v) for k, v in found.items() if v]
-    moe = {e.module for e in events if e.op in _MOE_OPS}
-    for i, e in enumerate(events):
+        return _latent_up_regions(trace)
+    moe = {e.module for e in trace.events if e.op == MOE_OP}
+    found: dict[str, list[int]] = {}
+    for i, e in enumerate(trace.events):
         if e.phase != _FORWARD:
             continue
         parts = e.module.split(".")
@@ -285,6 +294,13 @@ def recompute_regions(trace: Trace, policy: str = "selective") -> list[tuple[int
             )
         found += regions
     return sorted(found)
+
+
+def recomputes_attention(policy: str) -> bool:
+    """Whether backward runs the attention core again under `policy`: any
+    checkpointing but a selective one that leaves the core out."""
+    kind, _ = parse_checkpoint(policy)
+    return kind != "none" and (kind != "selective" or ATTENTION_CORE in recompute_modules(policy))
 
 
 def same_policy(a: str, b: str) -> bool:
@@ -422,11 +438,16 @@ def core_saved_bytes(trace: Trace, policy: str = "selective") -> list[int]:
     also saved for itself would stay, and the trace cannot tell. The ops after
     attention copy its output when they merge the heads, so none is seen.
     """
+    return region_saved_bytes(trace, recompute_regions(trace, policy))
+
+
+def region_saved_bytes(trace: Trace, found: list[tuple[int, ...]]) -> list[int]:
+    """Per region (forward event indices), the saved activations its events create."""
     creator = _created_by(trace)
     activations = [t for t in trace.saved if t.kind == "activation"]
     out = []
-    for core in recompute_regions(trace, policy):
-        inside = set(core)
+    for region in found:
+        inside = set(region)
         out.append(sum(t.nbytes for t in activations if creator.get(t.storage, -1) in inside))
     return out
 
@@ -489,7 +510,7 @@ def kept_by_module(trace: Trace, policy: str, depth: int = 2) -> dict[str, int]:
     found = segments(trace, policy) if trace.training and kind != "selective" else []
     if kind == "selective":
         creator, cores = _created_by(trace), recompute_regions(trace, policy)
-        dropped = core_saved_bytes(trace, policy)
+        dropped = region_saved_bytes(trace, cores)
         if cores:
             kept_core = dropped.index(max(dropped))  # backward brings one back at a time
             gone = {i for j, core in enumerate(cores) if j != kept_core for i in core}

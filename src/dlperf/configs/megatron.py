@@ -29,7 +29,7 @@ the router's own settings are listed as changing nothing.
 
 from __future__ import annotations
 
-from ..checkpointing import RECOMPUTE_MODULES
+from ..checkpointing import ATTENTION_CORE, RECOMPUTE_MODULES
 from .job import Job, bad, shell_words
 
 # flag -> whether it takes a value
@@ -70,8 +70,6 @@ DISPATCH_FLAGS = ("--moe-token-dispatcher-type", "--moe-enable-deepep",
                   "--moe-flex-dispatcher-backend")  # fmt: skip
 # Flags that take a list of values (argparse's nargs="+"): every word up to the next flag.
 LIST_FLAGS = {"--recompute-modules"}
-# The module Megatron's selective recompute runs by default, dlperf's --checkpoint selective.
-ATTENTION_CORE = "core_attn"
 # Flags that change no step's time or memory (training length, data, logging ...).
 BOOKKEEPING_PREFIXES = (
     "--train-", "--lr", "--min-lr", "--weight-decay", "--adam-", "--init-",

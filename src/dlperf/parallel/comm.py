@@ -54,9 +54,9 @@ from dataclasses import dataclass
 
 from ..hardware.spec import SPECS_DIR, tomllib
 from ..jsonable import Jsonable
-from ..training_memory import parse_checkpoint, recompute_modules
+from ..training_memory import recomputes_attention
 from .collectives import collective_time_s, send_time_s
-from .compute import StageTimes
+from .compute import StageTimes, held_params
 from .layout import Layout
 from .memory import math_weight_bytes, stage_blocks
 from .network import Interconnect
@@ -131,11 +131,7 @@ def _per_micro_batch(
         # forward once, backward twice (K, V and their gradients), and once more
         # where backward recomputes the attention (any checkpointing but a
         # selective one that leaves the attention core out)
-        kind = parse_checkpoint(profile.checkpoint)[0]
-        recomputed = kind != "none" and (
-            kind != "selective" or "core_attn" in recompute_modules(profile.checkpoint)
-        )
-        rounds = 3 + recomputed
+        rounds = 3 + recomputes_attention(profile.checkpoint)
         exposed = max(0.0, rounds * steps * one - attention)
         out.append((_Ring("send", "cp", local, one), rounds * steps * blocks, exposed * blocks))
     if at.ep > 1 and profile.moe_layers:
@@ -229,9 +225,7 @@ def _block_weight_bytes(profile: ModelProfile) -> float:
 
 def _held_params(profile: ModelProfile, at: Layout) -> float:
     """The parameters one GPU's stage holds (its tp share, its experts' ep share)."""
-    dense = profile.block_params - profile.expert_params
-    held = dense / at.pp / at.tp + profile.expert_params / (at.pp * at.ep * at.expert_tp)
-    return held + (profile.params - profile.block_params) / at.tp
+    return sum(held_params(profile, at))
 
 
 def _grad_bytes(profile: ModelProfile, at: Layout) -> float:

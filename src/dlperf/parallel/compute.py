@@ -48,15 +48,21 @@ def stage_times(profile: ModelProfile, at: Layout) -> StageTimes:
     post = _split(profile.post_forward_s + profile.post_backward_s, profile.post_split_share, at)
     stage = blocks + pre + post if at.pp == 1 else blocks + max(pre, post)
     offload = offload_exposed_s(profile, at, block_f, block_b)
-    dense = profile.block_params - profile.expert_params
-    outside = profile.params - profile.block_params
-    held = (dense / at.pp + outside) / at.tp / (at.state_shards if at.zero else 1)
-    held += profile.expert_params / (at.pp * at.ep * at.expert_tp) / (
-        at.expert_state_shards if at.zero else 1
-    )
+    dense, experts = held_params(profile, at)
+    held = dense / (at.state_shards if at.zero else 1)
+    held += experts / (at.expert_state_shards if at.zero else 1)
     share_of_states = held / max(profile.params, 1)
     optimizer = profile.optimizer_s * share_of_states
     return StageTimes(block_f, block_b, stage + offload, optimizer, offload)
+
+
+def held_params(profile: ModelProfile, at: Layout) -> tuple[float, float]:
+    """(dense and outside-the-blocks, expert) parameters one GPU holds before
+    any sharding of their states: its stage's tp share, its experts' ep x
+    expert-tp share."""
+    dense = profile.block_params - profile.expert_params
+    outside = profile.params - profile.block_params
+    return (dense / at.pp + outside) / at.tp, profile.expert_params / (at.pp * at.ep * at.expert_tp)
 
 
 def offload_exposed_s(profile: ModelProfile, at: Layout, forward_s: float,

@@ -94,6 +94,6 @@ def expert_parallel_scales(trace: Trace, spec: HardwareSpec) -> dict[int, tuple[
     traced = seconds(1)
     scales = {}
     for ep in (d for d in range(1, experts + 1) if experts % d == 0):
-        at = seconds(ep)
+        at = traced if ep == 1 else seconds(ep)
         scales[ep] = tuple(a / t if t else 1.0 for a, t in zip(at, traced, strict=True))
     return scales

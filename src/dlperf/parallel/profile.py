@@ -33,10 +33,10 @@ from ..tracing.moe import MOE_BACKWARD_OP, MOE_OP
 from ..training_memory import (
     attention_cores,
     checkpoint_plan,
-    core_saved_bytes,
     parse_checkpoint,
     recompute_modules,
     recompute_regions,
+    region_saved_bytes,
     step_peaks,
     transient_bytes,
 )
@@ -241,11 +241,8 @@ def _cores(trace: Trace, region, policy: str) -> tuple[float, float, tuple[int, 
     attention cores read, and (query heads, key/value heads) where a fused
     kernel says (0: unknown)."""
     events = trace.events
-    names = recompute_modules(policy) or ("core_attn",)
-    named = "+".join(names)
-    regions = recompute_regions(trace, f"selective:{named}")
-    saved_by = core_saved_bytes(trace, f"selective:{named}")
-    dropped = sum(s for r, s in zip(regions, saved_by, strict=True)
+    found = recompute_regions(trace, policy if recompute_modules(policy) else "selective")
+    dropped = sum(s for r, s in zip(found, region_saved_bytes(trace, found), strict=True)
                   if region(events[r[0]].module) == "block")  # fmt: skip
     kv = 0.0
     heads = (0, 0)
