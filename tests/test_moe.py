@@ -305,3 +305,47 @@ def test_expert_parallelism_gives_each_gpu_fewer_experts_with_more_rows():
     times = {ep: stage_times(model, Layout(dp=8, tp=1, pp=1, ep=ep)) for ep in (1, 8)}
     saved = model.block_moe_forward_s * (1 - forward_scale)
     assert times[1].block_forward_s - times[8].block_forward_s == pytest.approx(saved)
+
+
+def test_expert_wgrads_sum_into_their_gradient_buffers(small):
+    """issue 35: Megatron-Core runs each expert wgrad as C += A B into the
+    parameter's main_grad (gradient_accumulation_fusion): the buffer is read and
+    written every micro-batch, 4 bytes each way in fp32, 2 in bf16. They were
+    priced as one bf16 write, which hides the traffic that sets the time of a
+    wgrad with few rows per expert."""
+    _, t, _ = small
+    backward = _moe_events(t, MOE_BACKWARD_OP)[0]
+    mixed, pure = (costed(backward, CostContext(precision(p))).cost for p in ("amp-bf16", "bf16"))
+    for cost, buffer in ((mixed, 4), (pure, 2)):
+        assert [g.accumulate_bytes for g in cost.gemms if g.role.endswith("wgrad")] == [buffer] * 2
+        assert all(g.accumulate_bytes == 0 for g in cost.gemms if g.role.endswith("dgrad"))
+    # the same op in the same dtype but its buffers: the wgrads' outputs,
+    # E x (H x F + 2F x H) = 8 x 3 x 256 x 512 = 3,145,728 elements, move
+    # 4 + 4 bytes against 2 + 2
+    elements = E * 3 * H * F_SIZE
+    moved = (mixed.bytes_read + mixed.bytes_written) - (pure.bytes_read + pure.bytes_written)
+    assert moved == pytest.approx(elements * (8 - 4))
+
+
+def test_a_summed_gradient_buffer_is_read_and_written_by_the_gemm():
+    """The tile model's traffic of a GEMM summing into an fp32 buffer: its
+    operands, then 4 bytes read and 4 written per output element. A B200 wgrad
+    of fc1 in DeepSeek-V3 at 32 experts a GPU (EP 8 of 256): M = 2 x 2,048 =
+    4,096, N = 7,168, K = 1,024 rows, fp8: 2 x 4096 x 7168 x 1024 = 60.1 GFLOP
+    for A + B = (4096 + 7168) x 1024 x 1 B = 11.5 MB and C 4096 x 7168 x 8 B =
+    234.9 MB: memory sets its time (234.9 MB at ~7 TB/s is ~34 us, the math at
+    4.5 PFLOP/s ~13 us), where a bf16 write of C (58.7 MB) left it math-bound."""
+    from dlperf.hardware import gpu
+    from dlperf.kernels.gemm_tiles import predict_many
+
+    spec = gpu("b200")
+    m, n, k = 4096, 7168, 1024
+    plain, summed = (predict_many([m], [n], [k], [1], spec, "fp8", accumulate_bytes=[a]).rows()[0]
+                     for a in (0, 4))  # fmt: skip
+    assert summed.memory_time_s > summed.math_time_s
+    assert plain.memory_time_s < plain.math_time_s
+    # the C traffic is 8 bytes an element, against the accumulator's 2 (bf16 out of fp8)
+    bandwidth = spec.sustained_bandwidth_bytes_per_s() * spec.efficiency.dram_efficiency
+    extra = m * n * (8 - 2) / bandwidth
+    assert summed.memory_time_s - plain.memory_time_s == pytest.approx(extra, rel=1e-6)
+    assert summed.time_s > plain.time_s

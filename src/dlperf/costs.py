@@ -40,6 +40,11 @@ class Gemm:
     # (4 or 8; 0: not quantized) and the weights per scale group.
     weight_bits: int = 0
     quant_group: int = 0
+    # A weight gradient summed in place into its buffer across micro-batches
+    # (Megatron-Core's gradient_accumulation_fusion: C += A B into the fp32
+    # main_grad): bytes per element of that buffer, which the kernel reads and
+    # writes. 0: the output is written once in the accumulator's dtype.
+    accumulate_bytes: int = 0
 
     @property
     def flops(self) -> float:

@@ -126,7 +126,9 @@ class _Problem:
     batch: np.ndarray
     spec: HardwareSpec
     in_bytes: int
-    out_bytes: int
+    # per output element: bytes written, and read back first (a gradient summed in place)
+    out_bytes: np.ndarray | float
+    read_back_bytes: np.ndarray | float
     rate: np.ndarray  # attainable math rate of the whole device's main loops
     alignment: np.ndarray  # math-rate factor of Tensor Core alignment (1 off them)
     bandwidth: float
@@ -135,10 +137,15 @@ class _Problem:
     tensor_bytes: np.ndarray | None
 
     @classmethod
-    def of(cls, m, n, k, batch, spec, dtype, math_dtype, tensor_bytes) -> _Problem:
+    def of(cls, m, n, k, batch, spec, dtype, math_dtype, tensor_bytes,
+           accumulate_bytes=None) -> _Problem:  # fmt: skip
         m, n, k, batch = (np.asarray(x, dtype=np.int64) for x in (m, n, k, batch))
         if tensor_bytes is not None:
             tensor_bytes = np.asarray(tensor_bytes, dtype=float)
+        out_bytes, read_back = accumulator_bytes(dtype), 0.0
+        if accumulate_bytes is not None:
+            summed = np.asarray(accumulate_bytes, dtype=float)
+            out_bytes, read_back = np.where(summed > 0, summed, out_bytes), summed
         unit = spec.unit(math_dtype)
         eff = spec.efficiency
         base = eff.tensor_math_efficiency if unit.tensor_cores else eff.simt_math_efficiency
@@ -163,7 +170,8 @@ class _Problem:
             batch,
             spec,
             bytes_per_element(dtype),
-            accumulator_bytes(dtype),
+            out_bytes,
+            read_back,
             np.broadcast_to(rate, m.shape).astype(float),
             alignment,
             spec.sustained_bandwidth_bytes_per_s() * eff.dram_efficiency,
@@ -194,7 +202,8 @@ class _Problem:
         b_reads = np.where(
             b_bytes <= half_l2, 1.0, np.maximum(1.0, np.ceil(m / np.maximum(side, tm)))
         )
-        traffic = self.batch * (a_bytes * a_reads + b_bytes * b_reads + self.out_bytes * m * n)
+        c_bytes = (self.out_bytes + self.read_back_bytes) * m * n
+        traffic = self.batch * (a_bytes * a_reads + b_bytes * b_reads + c_bytes)
         if self.tensor_bytes is not None:
             traffic = np.where(self.tensor_bytes > 0, self.tensor_bytes, traffic)
         return traffic
@@ -204,7 +213,8 @@ def _cpu_price(p: _Problem) -> GemmPrice:
     """A CPU has no thread-block tiles to count: plain roofline plus call latency."""
     m, n, k, batch = p.m, p.n, p.k, p.batch
     latency = p.spec.efficiency.kernel_latency_s
-    unique = (batch * ((m * k + k * n) * p.in_bytes + m * n * p.out_bytes)).astype(float)
+    c_bytes = m * n * (p.out_bytes + p.read_back_bytes)
+    unique = (batch * ((m * k + k * n) * p.in_bytes + c_bytes)).astype(float)
     math_t = 2.0 * batch * m * n * k / (p.rate * p.alignment)
     mem_t = unique / p.bandwidth
     ones = np.ones_like(m)
@@ -281,6 +291,7 @@ def predict_many(
     tile_shapes: tuple[tuple[int, int], ...] = TILES,
     split_factors: tuple[int, ...] = SPLIT_K_FACTORS,
     tensor_bytes=None,
+    accumulate_bytes=None,
 ) -> GemmPrice:
     """Price many GEMMs at once (numpy arrays of sizes); the best candidate per row.
 
@@ -289,10 +300,12 @@ def predict_many(
     (sweeps and tests do). `tensor_bytes` (per row, 0 for none) replaces the
     DRAM traffic where the operands are implicit: a convolution's im2col
     matrix is never stored, the kernel moves the tensors themselves.
+    `accumulate_bytes` (per row, 0 for none): the output is a buffer of that
+    many bytes per element, read and written (a gradient summed in place).
     """
     dtype = check_dtype(dtype)
     math_dtype = check_dtype(math_dtype or dtype)
-    p = _Problem.of(m, n, k, batch, spec, dtype, math_dtype, tensor_bytes)
+    p = _Problem.of(m, n, k, batch, spec, dtype, math_dtype, tensor_bytes, accumulate_bytes)
     if spec.kind == "cpu":
         return _cpu_price(p)
     best = None  # the fields of GemmPrice, fastest candidate first

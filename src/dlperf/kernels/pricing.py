@@ -101,14 +101,17 @@ class GemmTimer:
             keys = sorted(keys)
             sizes = np.array([key[:4] for key in keys], dtype=np.int64)
             moved = np.array([key[6] for key in keys], dtype=float)
+            summed = np.array([key[7] for key in keys], dtype=float)
             math = runnable_dtype(dtype, self.spec)
-            prices = predict_many(*sizes.T, self.spec, storage, math, tensor_bytes=moved)
+            prices = predict_many(*sizes.T, self.spec, storage, math, tensor_bytes=moved,
+                                  accumulate_bytes=summed)
             self.cache.update(zip(keys, prices.rows(), strict=True))
 
     @staticmethod
     def key(g: Gemm) -> tuple:
         # tensor bytes are per GEMM call (the op's total over its count)
-        return (g.m, g.n, g.k, g.batch, g.dtype, g.storage, g.tensor_bytes / g.count)
+        return (g.m, g.n, g.k, g.batch, g.dtype, g.storage, g.tensor_bytes / g.count,
+                g.accumulate_bytes)
 
     def __call__(self, g: Gemm) -> GemmPrice:
         key = self.key(g)

@@ -21,6 +21,8 @@ sharing the waves), as grouped-GEMM MoE kernels (Megatron-Core's, PyTorch's
 
 so forward does 2 S H F (g + 1) FLOPs in GEMMs (SwiGLU: 2 T k 3 H F) and
 backward twice that (the weight gradients only when the experts train).
+Each wgrad sums into its gradient buffer in place, reading and writing it
+every micro-batch (`summed_gradient_bytes`).
 Under an fp8, MXFP8 or NVFP4 training recipe the grouped GEMMs run in its
 format, as Transformer Engine's GroupedLinear runs them, and each pass casts
 the two inputs its GEMMs read (`cast_inputs`). Around them run memory-bound
@@ -92,10 +94,29 @@ def cast_inputs(s: MoeShape, phase: str) -> int:
     return s.routed * (s.hidden + _inner(s))
 
 
+def summed_gradient_bytes(s: MoeShape, ctx: CostContext) -> int:
+    """Bytes per element of the gradient buffer each expert wgrad sums into
+    (0: frozen experts, no wgrad).
+
+    Megatron-Core's grouped experts (Transformer Engine's GroupedLinear with
+    `gradient_accumulation_fusion`, on by default) run each wgrad as C += A B
+    into the parameter's `main_grad` buffer, reading and writing it every
+    micro-batch: 4 bytes each way where the gradients are fp32, 2 where they
+    are bf16 (Megatron's default `grad_reduce_in_fp32=False`, the compute
+    dtype a sharded plan is priced in). Few rows per expert (K = S / E) leave
+    little math to hide that traffic behind: at 1,024 rows a wgrad does
+    2 x 1024 = 2,048 FLOPs per output element for 8 bytes of an fp32 buffer,
+    256 FLOPs/B, under a B200's ridge for fp8 (4.5 PFLOP/s over 8 TB/s, about
+    560). PyTorch's autograd does the same sum in an add after the GEMM (a
+    kernel more, not priced here)."""
+    return ctx.precision.grad_bytes if s.weight_grads else 0
+
+
 def expert_gemms(s: MoeShape, phase: str, ctx: CostContext) -> list[Gemm]:
     """The grouped GEMMs of the module docstring's table, per balanced split."""
     h, f, inner = s.hidden, s.ffn, _inner(s)
     fmt = expert_format(s, ctx)
+    summed = summed_gradient_bytes(s, ctx)
     gemms = []
     for rows, experts in s.balanced_rows():
         if phase == "forward":
@@ -104,12 +125,14 @@ def expert_gemms(s: MoeShape, phase: str, ctx: CostContext) -> list[Gemm]:
             shapes = [(rows, f, h, "fc2 dgrad"), (rows, h, inner, "fc1 dgrad")]
             if s.weight_grads:  # frozen experts (adapters trained beside them) have none
                 shapes += [(h, f, rows, "fc2 wgrad"), (inner, h, rows, "fc1 wgrad")]
-        gemms += [
-            Gemm(m, n, k, batch=experts, dtype=fmt.gemm_dtype, storage=fmt.gemm_dtype,
-                 role=f"expert {role}")
-            if fmt else make_gemm(ctx, s.dtype, m, n, k, batch=experts, role=f"expert {role}")
-            for m, n, k, role in shapes
-        ]  # fmt: skip
+        for m, n, k, role in shapes:
+            gemm = (Gemm(m, n, k, batch=experts, dtype=fmt.gemm_dtype, storage=fmt.gemm_dtype,
+                         role=f"expert {role}")
+                    if fmt else make_gemm(ctx, s.dtype, m, n, k, batch=experts,
+                                          role=f"expert {role}"))  # fmt: skip
+            if role.endswith("wgrad") and summed:
+                gemm = replace(gemm, accumulate_bytes=summed)
+            gemms.append(gemm)
     return gemms
 
 
@@ -173,7 +196,9 @@ def _priced_shape(s: MoeShape, weight_item: int, ctx: CostContext, phase: str) -
     # each GEMM reads its operands and writes its result once (the tile model
     # prices their real traffic); the side kernels' bytes are streamed after
     gemm_read = sum(g.batch * (g.m * g.k + g.k * g.n) for g in gemms) * operand
-    gemm_written = sum(g.batch * g.m * g.n for g in gemms) * item
+    gemm_written = sum(g.batch * g.m * g.n * (g.accumulate_bytes or item) for g in gemms)
+    # a wgrad summed in place reads its fp32 buffer before writing it
+    gemm_read += sum(g.batch * g.m * g.n * g.accumulate_bytes for g in gemms)
     cost = contraction(
         gemms,
         gemm_read + side_read,
@@ -190,6 +215,9 @@ def _priced_shape(s: MoeShape, weight_item: int, ctx: CostContext, phase: str) -
         "sets the time)",
         "each projection is one grouped GEMM over the experts",
         *notes,
+        *([f"the wgrads sum into their {summed_gradient_bytes(s, ctx)}-byte gradient "
+           "buffers, read and written every micro-batch (Megatron-Core's "
+           "gradient_accumulation_fusion)"] if summed_gradient_bytes(s, ctx) else []),
     )
 
 

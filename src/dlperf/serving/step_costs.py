@@ -98,6 +98,7 @@ class StepCosts:
         self._decode: dict[tuple[int, int], float] = {}
         self._prefill: dict[int, tuple[float, float]] = {}
         self._calls: list[tuple[AttentionShape, int]] | None = None
+        self._chunks: dict[tuple[int, int], float] = {}  # (queries, cached) -> seconds
         self._decode_steps: dict[int, Step] = {}
         self._timer = GemmTimer(timeline.tracer.engine.spec)
         self.traced = 0  # steps traced so far
@@ -187,11 +188,14 @@ class StepCosts:
     def chunk_attention_s(self, queries: int, cached: int) -> float:
         """Causal attention of a prefill chunk of `queries` tokens after `cached`:
         the traced prefill's attention calls priced at the chunk's shape."""
-        if self._calls is None:
-            self._prefill_at(self.tokens[0])
-        return sum(
-            count * self._attention_at(shape, queries, cached) for shape, count in self._calls
-        )
+        key = (queries, cached)
+        if key not in self._chunks:  # a workload's lengths repeat: price each once
+            if self._calls is None:
+                self._prefill_at(self.tokens[0])
+            self._chunks[key] = sum(
+                count * self._attention_at(shape, queries, cached) for shape, count in self._calls
+            )
+        return self._chunks[key]
 
     def step_s(self, decodes: int, decode_cached: float, chunks: list[tuple[int, int]]) -> float:
         """A step of `decodes` decoding sequences (`decode_cached` tokens each on
