@@ -402,3 +402,35 @@ def test_interleaving_counts_the_embedding_and_the_loss_as_a_virtual_stage_each(
                 sequence_parallel=False)  # fmt: skip
     why = problem(p, 16, 384, dims, 0)
     assert "128 virtual stages" in why and "multiple of pp" not in why
+
+
+# A DeepSeek-V3 layer of 2 heads: qk_nope 32, rope 16, v 32 (the Hugging Face
+# code takes its value as a slice of kv_b_proj's output, (k_nope, v) per head)
+TE_MLA = ("hf:deepseek_v3:layers=1,hidden=256,heads=2,kv_heads=2,vocab=1000,mlp=512,"
+          "q_lora_rank=64,kv_lora_rank=32,qk_nope_head_dim=32,qk_rope_head_dim=16,"
+          "v_head_dim=32,first_k_dense_replace=1")  # fmt: skip
+
+
+def test_transformer_engine_kernels_keep_latent_attentions_value_alone():
+    """issue 35: Megatron-Core makes the attention's Q, K and V contiguous
+    before the fused kernel, so DeepSeek-V3's value is a tensor of its own.
+    The Hugging Face code passes it as a slice of kv_b_proj's output, and the
+    saved view held the whole output: (k_nope + v) per head where Megatron
+    keeps v (128 MiB of 256 a layer at DeepSeek-V3's sizes and 4,096 tokens)."""
+    from dlperf.checkpointing import attention_cores
+    from dlperf.training_memory.report import saved_as_run
+
+    kw = dict(gpu="h100", precision="bf16", batch=2, seq_len=64, attention="cudnn")
+    runs = {k: resolve(TE_MLA, kernels=k, **kw) for k in ("te", "eager")}
+    traced = Session().trace(runs["te"])
+    (core,) = [traced.events[c[0]] for c in attention_cores(traced)]
+    value = core.reads[2]
+
+    def saved(kernels: str) -> int:
+        kept = saved_as_run(traced, runs[kernels]).saved
+        return sum(t.nbytes for t in kept if t.storage == value)
+
+    # kv_b_proj's output: 2 x 64 tokens x 2 heads x (32 + 32) x 2 B = 32,768 bytes;
+    # the value alone: 2 x 64 x 2 x 32 x 2 B = 16,384
+    assert saved("eager") == 32_768
+    assert saved("te") == 16_384

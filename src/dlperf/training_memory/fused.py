@@ -26,14 +26,23 @@ Megatron's fused kernels save less:
   permuted tokens fc1 reads and the activation fc2 reads are kept in fp8;
   fc1's output, the weighted SwiGLU's input, stays in the compute dtype.
 
-Everything else (the attention core's Q, K, V, output and statistics, the
-loss) is saved as traced.
+- the fused attention's Q, K and V are contiguous tensors of their own
+  (Megatron-Core calls `.contiguous()` on each before the kernel): a Q, K or
+  V that the model's code passes as a view of a larger tensor keeps only its
+  own elements. DeepSeek-V3's value in the Hugging Face code is a slice of
+  the key-value up-projection's output, (k_nope, v) per head: saving the view
+  held the whole output, 4096 x 128 x (128 + 128) x 2 B = 256 MiB a layer at
+  4,096 tokens, where Megatron keeps v alone, 128 MiB.
+
+Everything else (the attention core's output and statistics, the loss) is
+saved as traced.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from ..checkpointing import attention_cores
 from ..dtypes import bytes_per_element
 from ..ops.linear import activation_operand, is_linear_module
 from ..tracing import Trace, within
@@ -98,12 +107,15 @@ def te_saved(trace: Trace) -> Trace:
     # the experts' own GEMM inputs: the op is the GEMM, its saved copy becomes the fp8 one
     expert_inputs = _expert_gemm_inputs(trace) if trace.precision.fp8_linear else set()
     linear_inputs |= expert_inputs
+    views = _attention_view_bytes(trace)
     kept: list[SavedTensor] = []
     seen: set[int] = set()
     for t in trace.saved:
         if t.kind != "activation":
             kept.append(t)
             continue
+        if t.storage in views and views[t.storage] < t.nbytes:
+            t = dataclasses.replace(t, nbytes=views[t.storage])  # made contiguous
         owner = next((m for m in _ancestors(t.module) if m in norms), None)
         if owner is not None and t.nbytes > _row_bytes(trace, owner):
             continue  # a norm's own copies: it keeps its input and statistics
@@ -126,6 +138,24 @@ def te_saved(trace: Trace) -> Trace:
             kept.append(SavedTensor(norm, nbytes, "activation", storage))
             seen.add(storage)
     return dataclasses.replace(trace, saved=kept)
+
+
+def _attention_view_bytes(trace: Trace) -> dict[int, int]:
+    """Per storage a fused attention kernel reads Q, K or V from, the bytes of
+    those tensors themselves (each distinct view once): what stays saved once
+    they are made contiguous (module docstring). The ops that build Q, K and V
+    from a projection's output (splits, views, rotary products by a constant
+    table, concatenations) save none of it: the kernel's views were the only
+    hold on the rest."""
+    events = trace.events
+    own: dict[int, dict[tuple, int]] = {}
+    for core in attention_cores(trace):
+        if len(core) != 1:
+            continue  # eager attention: its batched GEMMs save their own operands
+        e = events[core[0]]
+        for sid, t in zip(e.reads[:3], e.tensors()[:3], strict=False):
+            own.setdefault(sid, {})[(t.shape, t.stride, t.offset)] = t.numel * t.itemsize
+    return {sid: sum(views.values()) for sid, views in own.items()}
 
 
 def _expert_gemm_inputs(trace: Trace) -> set[int]:
