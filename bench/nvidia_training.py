@@ -35,7 +35,9 @@ How each published field becomes a dlperf option:
   loss's gradient is written in place of the bf16 logits, no fp32 copy),
   `clip_grad` (Megatron clips at 1.0), `cuda_graphs` where the recipe
   sets `cuda_graph_impl` (transformer_engine, local or full_iteration)
-  or `cuda_graphs: true`; `checkpoint none` unless the
+  or `cuda_graphs: true`, with `cuda_graph_scope` the recipe's modules
+  where Transformer Engine's graphs hold only some (attn, moe_router,
+  moe_preprocess: the experts are then issued by the host); `checkpoint none` unless the
   recipe recomputes: `recompute_modules` is dlperf's `selective:A+B` over
   the modules it prices (core_attn, mla_up_proj, mlp, layernorm); the
   others (moe_act, moe, shared_experts) and a block recompute of the first
@@ -122,10 +124,34 @@ def _model(row: dict) -> str:
     raise Skip(f"no dlperf model for {key}")
 
 
+# Megatron-Bridge perf helpers a recipe calls (`recipe.settings.helper_calls`)
+# and the settings dlperf reads that they apply, as their source sets them
+# (perf_recipes: qwen and deepseek_v3 helpers); applied after the recipe's own.
+HELPERS = {
+    "_enable_hybridep_full_iteration_mxfp8": {
+        "cuda_graph_impl": "full_iteration", "cuda_graph_scope": [],
+        "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
+        "moe_a2a_overlap": True},
+    "_enable_deepseek_full_iteration_mxfp8": {
+        "cuda_graph_impl": "full_iteration", "cuda_graph_scope": [],
+        "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
+        "moe_a2a_overlap": True},
+}  # fmt: skip
+
+
+def recipe_settings(row: dict) -> dict:
+    """The row's recipe settings with those of the helpers it calls laid over them."""
+    settings = dict((row.get("recipe") or {}).get("settings") or {})
+    for helper in settings.get("helper_calls") or []:
+        settings.update(HELPERS.get(helper, {}))
+    return settings
+
+
 def _step(row: dict, remarks: list[str]) -> dict:
     """cuda graphs and the recompute policy of the row's recipe."""
     from dlperf.checkpointing import RECOMPUTE_MODULES
-    settings = (row.get("recipe") or {}).get("settings") or {}
+    from dlperf.run_config import CUDA_GRAPH_SCOPES
+    settings = recipe_settings(row)
     graphs = settings.get("cuda_graph_impl") in CUDA_GRAPHS or settings.get("cuda_graphs") is True
     modules = settings.get("recompute_modules") or []
     checkpoint = "none"
@@ -143,8 +169,11 @@ def _step(row: dict, remarks: list[str]) -> dict:
     overlap = any(settings.get(k) for k in ("moe_a2a_overlap", "overlap_moe_expert_parallel_comm"))
     flex = (settings.get("moe_token_dispatcher_type") == "flex"
             or settings.get("moe_flex_dispatcher_backend") in ("deepep", "hybridep"))  # fmt: skip
+    scope = [m for m in settings.get("cuda_graph_scope") or [] if m in CUDA_GRAPH_SCOPES]
+    partial = graphs and settings.get("cuda_graph_impl") == "transformer_engine" and scope
     return {"cuda_graphs": graphs, "checkpoint": checkpoint, "offload_layers": offload,
-            "overlap_ep_comm": overlap, "moe_dispatcher": "flex" if flex else None}  # fmt: skip
+            "overlap_ep_comm": overlap, "moe_dispatcher": "flex" if flex else None,
+            "cuda_graph_scope": "+".join(scope) if partial else None}  # fmt: skip
 
 
 def case_of(row: dict) -> Case:

@@ -487,3 +487,26 @@ def test_megatron_expert_parallelism_1_dispatches_nothing(tmp_path):
     assert "moe_dispatcher" not in job.parallel
     ignored = {f.name: f.ignored for f in job.fields if f.ignored}
     assert "no token is dispatched" in ignored["--moe-token-dispatcher-type"]
+
+
+def test_megatron_cuda_graph_flags_become_cuda_graphs_and_their_scope(tmp_path):
+    """issue 35: NVIDIA's MoE recipes graph attention and the router only
+    (--cuda-graph-impl transformer_engine --cuda-graph-scope attn moe_router
+    moe_preprocess), leaving the experts to the host; the reader listed the
+    flags as unknown and priced the step without graphs."""
+    scoped = " --cuda-graph-impl transformer_engine --cuda-graph-scope attn moe_router"
+    job = _megatron_job(tmp_path, MIXTRAL_ARGS + scoped + " moe_preprocess")
+    assert job.options["cuda_graphs"] is True
+    assert job.parallel["cuda_graph_scope"] == "attn+moe_router+moe_preprocess"
+    whole = _megatron_job(tmp_path, MIXTRAL_ARGS + " --cuda-graph-impl full_iteration")
+    assert whole.parallel["cuda_graph_scope"] == "full"
+    older = _megatron_job(tmp_path, MIXTRAL_ARGS + " --enable-cuda-graph")
+    assert older.options["cuda_graphs"] is True and older.parallel["cuda_graph_scope"] == "full"
+    scoped = " --cuda-graph-impl local --cuda-graph-scope attn mamba"
+    mamba = _megatron_job(tmp_path, MIXTRAL_ARGS + scoped)
+    assert mamba.parallel["cuda_graph_scope"] == "attn"
+    assert any(f.name == "--cuda-graph-scope" and f.ignored for f in mamba.fields)
+    none = _megatron_job(tmp_path, MIXTRAL_ARGS)
+    assert "cuda_graphs" not in none.options and "cuda_graph_scope" not in none.parallel
+    with pytest.raises(dlperf.DlperfError, match="--cuda-graph-impl"):
+        _megatron_job(tmp_path, MIXTRAL_ARGS + " --cuda-graph-impl cudnn")

@@ -177,25 +177,59 @@ def test_an_all_to_all_across_nodes_leaves_through_each_gpus_own_nic():
     assert remote == pytest.approx(432e-6, rel=1e-3)
 
 
-def test_expert_all_to_all_hides_behind_another_micro_batch():
+def test_expert_all_to_all_hides_behind_the_compute_it_is_paired_with():
     """issue 35: NVIDIA's newer MoE recipes set moe_a2a_overlap (Megatron-Core's
-    --overlap-moe-expert-parallel-comm); dlperf exposed every all-to-all."""
-    from dlperf.parallel.comm import overlapped_all_to_all_s
+    --overlap-moe-expert-parallel-comm). dlperf hid each micro-batch's all-to-alls
+    behind its whole stage; the schedule pairs each with one stretch of another
+    micro-batch's layer: combine bwd | attention fwd, the dispatches | the
+    experts' backward and forward, combine fwd | attention bwd."""
+    from dlperf.parallel.ep_overlap import LayerChunks, overlapped_exposed_s, paired_layer_s
 
-    # 4 micro-batches of 10 ms of all-to-alls each, 30 ms of compute: the first
-    # forward's and the last backward's (one micro-batch's worth) show, the other 3
-    # hide whole: 10 / 4 = 2.5 ms a micro-batch; at 50 ms each, 3 x 20 ms show besides
-    assert overlapped_all_to_all_s(10e-3, 30e-3, 4) == pytest.approx(2.5e-3)
-    assert overlapped_all_to_all_s(50e-3, 30e-3, 4) == pytest.approx((50e-3 + 3 * 20e-3) / 4)
-    assert overlapped_all_to_all_s(10e-3, 30e-3, 1) == pytest.approx(10e-3)  # no partner
-    moe = dict(experts=8, top_k=2, moe_layers=8, moe_tokens=4096, moe_hidden=1024)
+    ms = 1e-3
+    chunks = LayerChunks(1 * ms, 2 * ms, 1.5 * ms, 3 * ms)  # 7.5 ms of compute
+    # all-to-alls of 2 ms: first max(2, 1) = 2; middle: dgrad = wgrad = 1.5, the
+    # experts' forward waits for max(3, 2) = 3 and ends at 4.5, the backward
+    # dispatch starts at max(2, 1.5) = 2 and ends at 4: 4.5; last max(2, 2) = 2
+    assert paired_layer_s(2 * ms, chunks) == pytest.approx(8.5 * ms)
+    # 4 micro-batches: one's 4 all-to-alls show whole, 3 pairs show 1 ms each
+    assert overlapped_exposed_s(2 * ms, chunks, 4) == pytest.approx((8 + 3 * 1) / 4 * ms)
+    assert overlapped_exposed_s(2 * ms, chunks, 1) == pytest.approx(8 * ms)  # no partner
+    # the all-to-all's kernels hold a quarter of the SMs: attention fwd beside 2 ms
+    # of it runs 1 / 0.75 = 1.33 ms (hidden); attention bwd would take 2.67 ms, longer
+    # than the 2 ms, so 2 + 2 x 0.25 = 2.5; the middle's 4.5 ms beside 4 ms of
+    # dispatches: 4.5 + 4 x 0.25 = 5.5 (its dependencies then hold: 3.67 + 1.83)
+    assert paired_layer_s(2 * ms, chunks, 0.25) == pytest.approx((2 + 5.5 + 2.5) * ms)
+
+    moe = dict(experts=8, top_k=2, moe_layers=8, moe_tokens=4096, moe_hidden=1024,
+               block_moe_forward_s=0.4e-3, block_moe_backward_s=0.8e-3)  # fmt: skip
     layout = dict(dp=8, tp=1, pp=1, ep=4, micro_batches=4)
     plain = _plan(_profile(**moe), **layout).collective("ep all_to_all")
     hidden = _plan(_profile(**moe, ep_comm_overlap=True), **layout).collective("ep all_to_all")
-    # 8 blocks of 3 ms a micro-batch (24 ms) hide its 32 calls of 3/4 x 16.8 MB at
-    # 100 GB/s (126 us each, 4.0 ms): only the unpaired quarter shows
+    # each call 3/4 x 16.8 MB at 100 GB/s = 126 us; a layer's stretches (0.6 ms of
+    # attention forward, 0.4 + 0.4 + 0.4 ms of experts, 1.2 ms of attention backward)
+    # hide each: only the unpaired micro-batch's quarter shows
     assert hidden.time_s == plain.time_s
     assert hidden.exposed_time_s == pytest.approx(plain.exposed_time_s / 4)
+    # the same compute with the attention's forward 0.1 ms: the stage (3 ms a layer)
+    # still dwarfs the 0.5 ms of all-to-alls, but the backward combine (126 us) shows
+    # 26 us beside it in every pair
+    a2a = 3 / 4 * 4096 * 2 * 1024 * 2 / 100e9
+    short = dict(moe, block_moe_forward_s=0.9e-3)
+    shown = _plan(_profile(**short, ep_comm_overlap=True), **layout).collective("ep all_to_all")
+    per_layer = (4 * a2a + 3 * (a2a - 0.1e-3)) / 4
+    assert shown.exposed_time_s == pytest.approx(4 * 8 * per_layer)
+
+
+def test_an_overlapped_collective_holds_nccls_channels_worth_of_sms():
+    from dlperf.parallel.collectives import collective_sm_share
+
+    # H100 SXM: 18 channels (one per NVLink), one SM each, of 132 SMs
+    net = interconnect_for(dlperf.gpu("h100-sxm5-80gb"), 8)
+    assert collective_sm_share(net) == pytest.approx(18 / 132)
+    assert collective_sm_share(NET) == 0.0  # links built by hand: no SMs known
+
+
+def test_expert_parallel_options_need_experts():
     model = "hf:llama:layers=2,hidden=128,heads=4,kv_heads=2,mlp=256,vocab=1000"
     with pytest.raises(dlperf.DlperfError, match="has no experts"):
         dlperf.plan(model, gpu="h100", gpus=2, overlap_ep_comm=True)

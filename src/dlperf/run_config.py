@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from .configs import read_config
+from .configs.megatron import CUDA_GRAPH_SCOPES
 from .errors import DlperfError
 from .kernels.attention_backends import ATTENTION_CHOICES
 from .optimizer import get_optimizer
@@ -115,6 +116,10 @@ class ParallelConfig:
     # how the experts' tokens are dispatched (Megatron-Core's
     # --moe-token-dispatcher-type): alltoall, or flex (DeepEP, HybridEP)
     moe_dispatcher: str | None = None
+    # what the step's CUDA graphs hold (with --cuda-graphs): the whole step
+    # ("full", the default) or Megatron-Core's --cuda-graph-scope modules joined
+    # by "+"; the MoE experts outside it are issued by the host (`expert_host`)
+    cuda_graph_scope: str | None = None
     node_network_bytes_per_s: float | None = None
     measured_interconnect: dict | None = field(default=None, hash=False)
 
@@ -213,6 +218,8 @@ WHY_NOT = {
     "to dlperf plan, or drop it",
     "overlap_ep_comm": "overlaps expert parallelism's all-to-alls, which only a plan has: give "
     "it to dlperf plan, or drop it",
+    "cuda_graph_scope": "says which of a Megatron-Core step's modules the graphs hold, which "
+    "dlperf plan prices: give it to dlperf plan, or drop it",
     "offload_layers": "is priced by dlperf plan (Megatron-Core's activation offloading): give it "
     "to dlperf plan, or drop it",
 }
@@ -330,6 +337,24 @@ def _whole(name: str, value, minimum: int = 1) -> None:
         raise DlperfError(f"{flag} must be {kind}, not {value!r}")
 
 
+def _check_graph_scope(scope: str, cuda_graphs: bool) -> None:
+    if not cuda_graphs:
+        raise DlperfError(f"--cuda-graph-scope {scope} says what the CUDA graphs hold: "
+                          "give --cuda-graphs too, or drop it")  # fmt: skip
+    if scope == "full":
+        return
+    for part in scope.split("+"):
+        if part not in CUDA_GRAPH_SCOPES:
+            known = ", ".join(CUDA_GRAPH_SCOPES)
+            raise DlperfError(f"unknown --cuda-graph-scope module {part!r}; give full or "
+                              f"modules joined by '+' from: {known}")  # fmt: skip
+
+
+def experts_graphed(cuda_graphs: bool, scope: str | None) -> bool:
+    """Whether the step's CUDA graphs hold the MoE experts' kernels."""
+    return cuda_graphs and (scope in (None, "full") or "moe" in scope.split("+"))
+
+
 def _check_values(config: RunConfig) -> None:
     step, par, serving = config.step, config.parallel, config.serving
     get_optimizer(step.optimizer)
@@ -342,6 +367,8 @@ def _check_values(config: RunConfig) -> None:
         _choice("--moe-dispatcher", par.moe_dispatcher, MOE_DISPATCHERS)
     if par.sharding is not None:
         _choice("--sharding", par.sharding, SHARDINGS)
+    if par.cuda_graph_scope is not None:
+        _check_graph_scope(par.cuda_graph_scope, step.cuda_graphs)
     _choice("sampling", serving.sampling, SAMPLERS)
     for name in ("batch", "seq_len"):
         _whole(name, getattr(config.model, name))

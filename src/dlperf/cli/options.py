@@ -439,11 +439,18 @@ PLAN = (
         "(DeepEP, HybridEP: a token crosses to another node once for all its experts there)",
     ),
     option(
+        "--cuda-graph-scope",
+        api="cuda_graph_scope",
+        help="what --cuda-graphs holds: full (the whole step, the default) or Megatron-Core's "
+        "--cuda-graph-scope modules joined by '+' (attn, mlp, moe, moe_router, "
+        "moe_preprocess); the experts outside it are issued by the host, expert by expert",
+    ),
+    option(
         "--overlap-ep-comm",
         api="overlap_ep_comm",
         action="store_true",
-        help="hide the experts' all-to-alls behind another micro-batch's compute "
-        "(Megatron-Core's --overlap-moe-expert-parallel-comm; --ep > 1)",
+        help="run the experts' all-to-alls beside another micro-batch's compute of "
+        "the layer, as Megatron-Core's --overlap-moe-expert-parallel-comm pairs them (--ep > 1)",
     ),
     option(
         "--offload-layers",

@@ -14,7 +14,10 @@ data-parallel ranks (ZeRO-1); gradients are reduced in fp32 unless
 `--accumulate-allreduce-grads-in-fp32` is off and bf16 is on.
 `--cross-entropy-loss-fusion` is `--loss fused`, `--cpu-offloading` with
 `--cpu-offloading-num-layers N` `--offload-layers N`, and
-`--overlap-moe-expert-parallel-comm` `--overlap-ep-comm`.
+`--overlap-moe-expert-parallel-comm` `--overlap-ep-comm`; `--cuda-graph-impl`
+(and the older `--enable-cuda-graph`, `--external-cuda-graph`) is
+`--cuda-graphs`, with `--cuda-graph-scope`'s modules as `--cuda-graph-scope`
+(the whole step for full_iteration or no modules).
 
 Mixtures of experts (`--num-experts`, Llama-shaped only): every layer's MLP
 is `--num-experts` SwiGLU experts of `--moe-ffn-hidden-size`, `--moe-router-topk`
@@ -45,6 +48,7 @@ FLAGS_WITH_VALUES = {
     "--optimizer", "--kv-channels", "--cpu-offloading-num-layers",
     "--expert-tensor-parallel-size", "--moe-shared-expert-intermediate-size",
     "--moe-layer-freq", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend",
+    "--cuda-graph-impl",
 }  # fmt: skip
 SWITCHES = {
     "--sequence-parallel", "--bf16", "--fp16", "--use-flash-attn", "--swiglu",
@@ -56,7 +60,7 @@ SWITCHES = {
     "--moe-grouped-gemm", "--moe-enable-deepep", "--moe-permute-fusion", "--moe-router-fusion",
     "--moe-router-force-load-balancing", "--moe-router-pre-softmax",
     "--moe-router-enable-expert-bias", "--moe-shared-expert-overlap",
-    "--moe-pad-expert-input-to-capacity",
+    "--moe-pad-expert-input-to-capacity", "--enable-cuda-graph", "--external-cuda-graph",
 }  # fmt: skip
 # The router's settings: which experts a token goes to, which dlperf takes as balanced.
 ROUTER_PREFIXES = (
@@ -69,7 +73,12 @@ FLEX_BACKENDS = ("deepep", "hybridep")
 DISPATCH_FLAGS = ("--moe-token-dispatcher-type", "--moe-enable-deepep",
                   "--moe-flex-dispatcher-backend")  # fmt: skip
 # Flags that take a list of values (argparse's nargs="+"): every word up to the next flag.
-LIST_FLAGS = {"--recompute-modules"}
+LIST_FLAGS = {"--recompute-modules", "--cuda-graph-scope"}
+# Megatron-Core's --cuda-graph-scope modules: "moe" graphs the whole MoE layer
+# (its experts included: a dropless run cannot), the others the parts they name.
+CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
+# Megatron's CUDA graph implementations that capture anything
+GRAPH_IMPLS = ("local", "transformer_engine", "full_iteration")
 # Flags that change no step's time or memory (training length, data, logging ...).
 BOOKKEEPING_PREFIXES = (
     "--train-", "--lr", "--min-lr", "--weight-decay", "--adam-", "--init-",
@@ -325,6 +334,7 @@ def _run(job: Job, args: dict, path: str, gpus: int | None) -> None:
     if "--optimizer" in args:
         job.use("--optimizer", optimizer, f"--optimizer {job.options['optimizer']}")
     _fusions_and_offload(job, args, path)
+    _cuda_graphs(job, args, path)
     for flag in ("--use-mcore-models", "--transformer-impl", "--overlap-grad-reduce",
                  "--overlap-param-gather", "--accumulate-allreduce-grads-in-fp32"):  # fmt: skip
         if flag in args:
@@ -349,6 +359,37 @@ def _fusions_and_offload(job: Job, args: dict, path: str) -> None:
     if "--overlap-moe-expert-parallel-comm" in args:
         job.parallel["overlap_ep_comm"] = True
         job.use("--overlap-moe-expert-parallel-comm", True, "--overlap-ep-comm")
+
+
+def _cuda_graphs(job: Job, args: dict, path: str) -> None:
+    """--cuda-graph-impl (or the older --enable-cuda-graph, --external-cuda-graph)
+    as --cuda-graphs, and --cuda-graph-scope's modules as --cuda-graph-scope: the
+    whole step where the scope is full, empty or a whole iteration."""
+    impl = str(args.get("--cuda-graph-impl", "none"))
+    if impl not in ("none", *GRAPH_IMPLS):
+        raise bad(path, "--cuda-graph-impl",
+                  f"expected none, {', '.join(GRAPH_IMPLS)}, got {impl!r}")  # fmt: skip
+    older = [f for f in ("--enable-cuda-graph", "--external-cuda-graph") if f in args]
+    if impl == "none" and not older:
+        if "--cuda-graph-scope" in args:
+            job.ignore("--cuda-graph-scope", args["--cuda-graph-scope"], "no CUDA graphs")
+        return
+    words = str(args.get("--cuda-graph-scope", "")).split()
+    known = [w for w in words if w in CUDA_GRAPH_SCOPES]
+    whole = impl == "full_iteration" or not known or any(w.startswith("full") for w in words)
+    scope = "full" if whole else "+".join(known)
+    job.options["cuda_graphs"] = True
+    job.parallel["cuda_graph_scope"] = scope
+    for flag in ("--cuda-graph-impl", *older):
+        if flag in args:
+            job.use(flag, args[flag], f"--cuda-graphs --cuda-graph-scope {scope}")
+    if words:
+        others = [w for w in words if w not in CUDA_GRAPH_SCOPES and not w.startswith("full")]
+        if others:
+            job.ignore("--cuda-graph-scope", " ".join(words), f"{', '.join(others)}: no such "
+                       f"module in dlperf's models; --cuda-graph-scope {scope}")  # fmt: skip
+        else:
+            job.use("--cuda-graph-scope", " ".join(words), f"--cuda-graph-scope {scope}")
 
 
 def _batch_and_precision(job: Job, args: dict, path: str) -> None:

@@ -33,6 +33,8 @@ class FrameworkHost:
     graph_launch_host_s: float
     # Kernels the driver queues on a stream before a launch blocks.
     launch_queue_depth: float
+    # One expert's GEMM of Transformer Engine's GroupedLinear, issued with its setup.
+    te_expert_gemm_host_s: float
 
 
 @functools.cache

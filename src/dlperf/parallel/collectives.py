@@ -139,6 +139,14 @@ def _channels(net: Interconnect, c: dict) -> int:
     return int(c["channels"].get(net.architecture, c["channels"]["default"]))
 
 
+def collective_sm_share(net: Interconnect) -> float:
+    """The share of the GPU's SMs a collective's kernels hold while they run:
+    NCCL's channels, one thread block (one SM) each; 0 where the SMs are not known."""
+    if not net.sm_count:
+        return 0.0
+    return min(1.0, _channels(net, nccl_constants()) / net.sm_count)
+
+
 def _channel_share(nbytes: float, protocol: str, ranks: int, channels: int, c: dict) -> float:
     """The share of the channels a message of `nbytes` runs on (NCCL's
     getAlgoInfo: one channel less while bytes < channels x threads x threshold)."""

@@ -20,8 +20,9 @@ said):
   attention).
 - ep: two all-to-alls per MoE layer forward (dispatch, combine) and two
   backward, of tokens x top-k x hidden x activation bytes, (ep-1)/ep of
-  them leaving each GPU; with `--overlap-ep-comm` each runs behind another
-  micro-batch's compute (`overlapped_all_to_all_s`); with the flex
+  them leaving each GPU; with `--overlap-ep-comm` each runs beside the
+  compute of another micro-batch's layer it is paired with, and holds some
+  of the SMs that compute runs on (`ep_overlap`); with the flex
   dispatcher (`--moe-dispatcher flex`: DeepEP, HybridEP) a token crosses to
   another node once for all its experts there (`collectives.all_to_all_time_s`).
 - fsdp/hsdp: every wrapped block is all-gathered for forward and again for
@@ -55,8 +56,9 @@ from dataclasses import dataclass
 from ..hardware.spec import SPECS_DIR, tomllib
 from ..jsonable import Jsonable
 from ..training_memory import recomputes_attention
-from .collectives import collective_time_s, send_time_s
-from .compute import StageTimes, held_params
+from .collectives import collective_sm_share, collective_time_s, send_time_s
+from .compute import StageTimes, held_params, layer_chunks
+from .ep_overlap import overlapped_exposed_s
 from .layout import Layout
 from .memory import math_weight_bytes, stage_blocks
 from .network import Interconnect
@@ -144,7 +146,13 @@ def _per_micro_batch(
         calls = 4 * profile.moe_layers * blocks / max(profile.blocks, 1)
         exposed = calls * one
         if profile.ep_comm_overlap:
-            exposed = overlapped_all_to_all_s(exposed, times.stage_s, at.micro_batches)
+            layers = profile.moe_layers * blocks / max(profile.blocks, 1)
+            host_f, host_b = times.experts_host_forward_s, times.experts_host_backward_s
+            moe_share = profile.moe_layers / max(profile.blocks, 1)
+            chunks = layer_chunks(profile, at, times.block_forward_s - host_f * moe_share,
+                                  times.block_backward_s - host_b * moe_share, host_f, host_b)
+            share = collective_sm_share(net)
+            exposed = layers * overlapped_exposed_s(one, chunks, at.micro_batches, share)
         out.append((_Ring("all_to_all", "ep", nbytes, one), calls, exposed))
     if at.zero >= 3 and at.dp > 1:
         out += _fsdp(profile, net, at, times)
@@ -153,17 +161,6 @@ def _per_micro_batch(
         ring = _ring("reduce_scatter", "dp", grads, at.dp, at.model_parallel, net)
         out.append((ring, 1, _bucketed_exposure(ring, blocks * times.block_backward_s)))
     return out
-
-
-def overlapped_all_to_all_s(comm_s: float, compute_s: float, micro_batches: int) -> float:
-    """A micro-batch's all-to-alls exposed, on average, when each runs behind
-    another micro-batch's compute (Megatron-Core's EP overlap pairs one
-    micro-batch's forward with another's backward): the first forward's and
-    the last backward's have no partner (half the calls each, one whole
-    micro-batch's worth); every other micro-batch's show only what its
-    partner's compute cannot hide."""
-    m = max(micro_batches, 1)
-    return (comm_s + (m - 1) * max(0.0, comm_s - compute_s)) / m
 
 
 def _fp8_gathers(

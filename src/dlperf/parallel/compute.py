@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .ep_overlap import LayerChunks
+from .expert_host import experts_exposed_s
 from .layout import Layout
 from .memory import block_activations, offloaded_blocks, stage_blocks
 from .profile import ModelProfile
@@ -31,6 +33,10 @@ class StageTimes:
     stage_s: float  # the slowest stage, forward and backward of one micro-batch
     optimizer_s: float  # the optimizer step on one GPU's share of the states
     offload_s: float = 0.0  # of stage_s, the activation copies to and from the host not hidden
+    # of the block's times, the host's issue of its experts beyond their GPU time
+    # (`expert_host`), forward and backward
+    experts_host_forward_s: float = 0.0
+    experts_host_backward_s: float = 0.0
 
 
 def _split(seconds: float, share: float, at: Layout) -> float:
@@ -38,11 +44,45 @@ def _split(seconds: float, share: float, at: Layout) -> float:
     return (seconds * share / at.tp + seconds * (1 - share) / at.activation_split) / at.cp
 
 
+def layer_chunks(profile: ModelProfile, at: Layout, block_f: float, block_b: float,
+                 host_f: float = 0.0, host_b: float = 0.0) -> LayerChunks:  # fmt: skip
+    """One MoE layer's compute on one GPU per micro-batch, its experts apart:
+    the block's times at this layout (`block_f`, `block_b`), the experts' share
+    of them as traced and rescaled to `at.ep`, all of a block's expert time in
+    its MoE layer (a model with dense blocks has fewer MoE layers than blocks);
+    the host's issue of the experts (`host_f`, `host_b`, per MoE layer) is theirs."""
+    forward, backward = profile.block_seconds(at.ep)
+    scale_f, scale_b = profile.moe_ep_scales.get(at.ep, (1.0, 1.0))
+    per_layer = max(profile.blocks, 1) / max(profile.moe_layers, 1)
+    experts_f = profile.block_moe_forward_s * scale_f / forward * block_f if forward else 0.0
+    experts_b = profile.block_moe_backward_s * scale_b / backward * block_b if backward else 0.0
+    return LayerChunks(
+        attention_forward_s=max(0.0, block_f - experts_f),
+        attention_backward_s=max(0.0, block_b - experts_b),
+        experts_forward_s=experts_f * per_layer + host_f,
+        experts_backward_s=experts_b * per_layer + host_b,
+    )
+
+
+def _experts_host(profile: ModelProfile, at: Layout, block_f: float,
+                  block_b: float) -> tuple[float, float]:  # fmt: skip
+    """The experts' issue beyond their GPU time, per MoE layer (`expert_host`)."""
+    if not (profile.expert_gemm_host_s and profile.moe_layers and profile.experts):
+        return 0.0, 0.0
+    chunks = layer_chunks(profile, at, block_f, block_b)
+    local = max(1, profile.experts // at.ep)
+    return experts_exposed_s(local, chunks, profile.expert_gemm_host_s)
+
+
 def stage_times(profile: ModelProfile, at: Layout) -> StageTimes:
     share = profile.block_split_share
     forward, backward = profile.block_seconds(at.ep)
     block_f = _split(forward, share, at)
     block_b = _split(backward, share, at)
+    host_f, host_b = _experts_host(profile, at, block_f, block_b)
+    moe_share = profile.moe_layers / max(profile.blocks, 1)
+    block_f += host_f * moe_share
+    block_b += host_b * moe_share
     blocks = stage_blocks(profile, at) * (block_f + block_b)
     pre = (profile.pre_forward_s + profile.pre_backward_s) / at.cp
     post = _split(profile.post_forward_s + profile.post_backward_s, profile.post_split_share, at)
@@ -53,7 +93,7 @@ def stage_times(profile: ModelProfile, at: Layout) -> StageTimes:
     held += experts / (at.expert_state_shards if at.zero else 1)
     share_of_states = held / max(profile.params, 1)
     optimizer = profile.optimizer_s * share_of_states
-    return StageTimes(block_f, block_b, stage + offload, optimizer, offload)
+    return StageTimes(block_f, block_b, stage + offload, optimizer, offload, host_f, host_b)
 
 
 def held_params(profile: ModelProfile, at: Layout) -> tuple[float, float]:

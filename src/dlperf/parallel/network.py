@@ -67,6 +67,9 @@ class Interconnect:
     intra_link: str | None = None
     architecture: str = ""  # the GPU family: NCCL's channels and protocol caps
     kernel_latency_s: float = 0.0  # the launch every collective kernel pays
+    # the GPU's SMs (0: not known): a collective's kernels hold some of them while
+    # compute runs beside it (`ep_overlap`)
+    sm_count: int = 0
 
     @property
     def node_network(self) -> float:
@@ -143,6 +146,7 @@ def interconnect_for(
         intra_link="nvlink" if spec.nvlink_bandwidth_bytes_per_s else "pcie",
         architecture=spec.architecture,
         kernel_latency_s=spec.efficiency.kernel_latency_s,
+        sm_count=spec.sm_count,
     )
 
 

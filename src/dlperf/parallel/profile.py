@@ -90,6 +90,9 @@ class ModelProfile:
     host_bytes_per_s: float = 0.0
     ep_comm_overlap: bool = False  # all-to-alls behind another micro-batch's compute
     ep_once_per_node: bool = False  # the flex dispatcher: a token crosses to a node once
+    # host seconds per expert GEMM where the host issues the experts one by one
+    # (Transformer Engine's GroupedLinear outside CUDA graphs); 0: not issued so
+    expert_gemm_host_s: float = 0.0
     # bytes per element of the gradients sharded data parallelism reduce-scatters
     # (`Run.reduce_dtype`: fp32 by default, as FSDP2 and torchtitan)
     reduce_bytes: int = 4

@@ -26,9 +26,11 @@ import dataclasses
 from dataclasses import dataclass, field, replace
 
 from ..errors import DlperfError
+from ..hardware.framework import framework_host
 from ..jsonable import fields_dict, jsonable
 from ..precision import compute_policy
 from ..run import Run, Session
+from ..run_config import experts_graphed
 from ..training_memory import parse_checkpoint
 from .fitting import remedies
 from .network import interconnect_for
@@ -188,7 +190,10 @@ def plan_report(run: Run, session: Session, micro_batch: int) -> PlanReport:
         for policy in (["none"] if offload else _policies(checkpoint, first))
     ]  # fmt: skip
     host = run.spec.pcie_bandwidth_bytes_per_s or 0.0
-    how = {"offload_layers": offload, "host_bytes_per_s": host,
+    on_host = (run.kernels == "te" and first.moe_layers
+               and not experts_graphed(run.cuda_graphs, par.cuda_graph_scope))  # fmt: skip
+    gemm_host = framework_host(run.spec.architecture).te_expert_gemm_host_s if on_host else 0.0
+    how = {"offload_layers": offload, "host_bytes_per_s": host, "expert_gemm_host_s": gemm_host,
            "ep_comm_overlap": bool(par.overlap_ep_comm),
            "ep_once_per_node": par.moe_dispatcher == "flex"}  # fmt: skip
     profiles = [replace(p, **how) for p in profiles]
