@@ -33,8 +33,9 @@ class StageTimes:
     stage_s: float  # the slowest stage, forward and backward of one micro-batch
     optimizer_s: float  # the optimizer step on one GPU's share of the states
     offload_s: float = 0.0  # of stage_s, the activation copies to and from the host not hidden
-    # of the block's times, the host's issue of its experts beyond their GPU time
-    # (`expert_host`), forward and backward
+    # the host's issue of one MoE layer's experts beyond their GPU time
+    # (`expert_host`), forward and backward; the block times hold their share
+    # of it (MoE layers / blocks)
     experts_host_forward_s: float = 0.0
     experts_host_backward_s: float = 0.0
 
