@@ -127,16 +127,15 @@ def _model(row: dict) -> str:
 # Megatron-Bridge perf helpers a recipe calls (`recipe.settings.helper_calls`)
 # and the settings dlperf reads that they apply, as their source sets them
 # (perf_recipes: qwen and deepseek_v3 helpers); applied after the recipe's own.
-HELPERS = {
-    "_enable_hybridep_full_iteration_mxfp8": {
-        "cuda_graph_impl": "full_iteration", "cuda_graph_scope": [],
-        "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
-        "moe_a2a_overlap": True},
-    "_enable_deepseek_full_iteration_mxfp8": {
-        "cuda_graph_impl": "full_iteration", "cuda_graph_scope": [],
-        "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
-        "moe_a2a_overlap": True},
+_FULL_ITERATION_HYBRIDEP = {
+    "cuda_graph_impl": "full_iteration", "cuda_graph_scope": [],
+    "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
+    "moe_a2a_overlap": True,
 }  # fmt: skip
+HELPERS = {
+    "_enable_hybridep_full_iteration_mxfp8": _FULL_ITERATION_HYBRIDEP,
+    "_enable_deepseek_full_iteration_mxfp8": _FULL_ITERATION_HYBRIDEP,
+}
 
 
 def recipe_settings(row: dict) -> dict:

@@ -57,7 +57,7 @@ from ..hardware.spec import SPECS_DIR, tomllib
 from ..jsonable import Jsonable
 from ..training_memory import recomputes_attention
 from .collectives import collective_sm_share, collective_time_s, send_time_s
-from .compute import StageTimes, held_params, layer_chunks
+from .compute import StageTimes, held_params
 from .ep_overlap import overlapped_exposed_s
 from .layout import Layout
 from .memory import math_weight_bytes, stage_blocks
@@ -146,13 +146,9 @@ def _per_micro_batch(
         calls = 4 * profile.moe_layers * blocks / max(profile.blocks, 1)
         exposed = calls * one
         if profile.ep_comm_overlap:
-            layers = profile.moe_layers * blocks / max(profile.blocks, 1)
-            host_f, host_b = times.experts_host_forward_s, times.experts_host_backward_s
-            moe_share = profile.moe_layers / max(profile.blocks, 1)
-            chunks = layer_chunks(profile, at, times.block_forward_s - host_f * moe_share,
-                                  times.block_backward_s - host_b * moe_share, host_f, host_b)
             share = collective_sm_share(net)
-            exposed = layers * overlapped_exposed_s(one, chunks, at.micro_batches, share)
+            per_layer = overlapped_exposed_s(one, times.moe_chunks, at.micro_batches, share)
+            exposed = calls / 4 * per_layer  # four all-to-alls a MoE layer
         out.append((_Ring("all_to_all", "ep", nbytes, one), calls, exposed))
     if at.zero >= 3 and at.dp > 1:
         out += _fsdp(profile, net, at, times)

@@ -17,7 +17,7 @@ blocks' compute does not hide (`offload_exposed_s`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .ep_overlap import LayerChunks
 from .expert_host import experts_exposed_s
@@ -38,6 +38,9 @@ class StageTimes:
     # of it (MoE layers / blocks)
     experts_host_forward_s: float = 0.0
     experts_host_backward_s: float = 0.0
+    # one MoE layer's compute split as the EP overlap pairs it, the host's issue
+    # in the experts' part (None: no MoE layers)
+    moe_chunks: LayerChunks | None = None
 
 
 def _split(seconds: float, share: float, at: Layout) -> float:
@@ -45,13 +48,12 @@ def _split(seconds: float, share: float, at: Layout) -> float:
     return (seconds * share / at.tp + seconds * (1 - share) / at.activation_split) / at.cp
 
 
-def layer_chunks(profile: ModelProfile, at: Layout, block_f: float, block_b: float,
-                 host_f: float = 0.0, host_b: float = 0.0) -> LayerChunks:  # fmt: skip
+def layer_chunks(profile: ModelProfile, at: Layout, block_f: float,
+                 block_b: float) -> LayerChunks:  # fmt: skip
     """One MoE layer's compute on one GPU per micro-batch, its experts apart:
     the block's times at this layout (`block_f`, `block_b`), the experts' share
     of them as traced and rescaled to `at.ep`, all of a block's expert time in
-    its MoE layer (a model with dense blocks has fewer MoE layers than blocks);
-    the host's issue of the experts (`host_f`, `host_b`, per MoE layer) is theirs."""
+    its MoE layer (a model with dense blocks has fewer MoE layers than blocks)."""
     forward, backward = profile.block_seconds(at.ep)
     scale_f, scale_b = profile.moe_ep_scales.get(at.ep, (1.0, 1.0))
     per_layer = max(profile.blocks, 1) / max(profile.moe_layers, 1)
@@ -60,19 +62,25 @@ def layer_chunks(profile: ModelProfile, at: Layout, block_f: float, block_b: flo
     return LayerChunks(
         attention_forward_s=max(0.0, block_f - experts_f),
         attention_backward_s=max(0.0, block_b - experts_b),
-        experts_forward_s=experts_f * per_layer + host_f,
-        experts_backward_s=experts_b * per_layer + host_b,
+        experts_forward_s=experts_f * per_layer,
+        experts_backward_s=experts_b * per_layer,
     )
 
 
-def _experts_host(profile: ModelProfile, at: Layout, block_f: float,
-                  block_b: float) -> tuple[float, float]:  # fmt: skip
-    """The experts' issue beyond their GPU time, per MoE layer (`expert_host`)."""
-    if not (profile.expert_gemm_host_s and profile.moe_layers and profile.experts):
-        return 0.0, 0.0
+def _moe_layer(profile: ModelProfile, at: Layout, block_f: float,
+               block_b: float) -> tuple[LayerChunks | None, float, float]:  # fmt: skip
+    """One MoE layer's chunks with the experts' issue beyond their GPU time in
+    theirs, and that issue, forward and backward (`expert_host`)."""
+    if not (profile.moe_layers and profile.experts):
+        return None, 0.0, 0.0
     chunks = layer_chunks(profile, at, block_f, block_b)
+    if not profile.expert_gemm_host_s:
+        return chunks, 0.0, 0.0
     local = max(1, profile.experts // at.ep)
-    return experts_exposed_s(local, chunks, profile.expert_gemm_host_s)
+    host_f, host_b = experts_exposed_s(local, chunks, profile.expert_gemm_host_s)
+    chunks = replace(chunks, experts_forward_s=chunks.experts_forward_s + host_f,
+                     experts_backward_s=chunks.experts_backward_s + host_b)  # fmt: skip
+    return chunks, host_f, host_b
 
 
 def stage_times(profile: ModelProfile, at: Layout) -> StageTimes:
@@ -80,7 +88,7 @@ def stage_times(profile: ModelProfile, at: Layout) -> StageTimes:
     forward, backward = profile.block_seconds(at.ep)
     block_f = _split(forward, share, at)
     block_b = _split(backward, share, at)
-    host_f, host_b = _experts_host(profile, at, block_f, block_b)
+    chunks, host_f, host_b = _moe_layer(profile, at, block_f, block_b)
     moe_share = profile.moe_layers / max(profile.blocks, 1)
     block_f += host_f * moe_share
     block_b += host_b * moe_share
@@ -94,7 +102,8 @@ def stage_times(profile: ModelProfile, at: Layout) -> StageTimes:
     held += experts / (at.expert_state_shards if at.zero else 1)
     share_of_states = held / max(profile.params, 1)
     optimizer = profile.optimizer_s * share_of_states
-    return StageTimes(block_f, block_b, stage + offload, optimizer, offload, host_f, host_b)
+    return StageTimes(block_f, block_b, stage + offload, optimizer, offload, host_f, host_b,
+                      chunks)
 
 
 def held_params(profile: ModelProfile, at: Layout) -> tuple[float, float]:

@@ -31,8 +31,8 @@ BACKWARD_GEMMS = 4
 def experts_issue_s(local_experts: int, gemm_host_s: float) -> tuple[float, float]:
     """Host seconds to issue one MoE layer's local experts, (forward, backward),
     at `gemm_host_s` an expert GEMM."""
-    one = gemm_host_s
-    return local_experts * FORWARD_GEMMS * one, local_experts * BACKWARD_GEMMS * one
+    per_expert = local_experts * gemm_host_s
+    return per_expert * FORWARD_GEMMS, per_expert * BACKWARD_GEMMS
 
 
 def experts_exposed_s(local_experts: int, chunks: LayerChunks,
